@@ -1,0 +1,40 @@
+"""The project's error classes. Every error says whether retrying the same call may succeed."""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Base class. `retryable` tells a caller whether the same call may succeed later
+    (a full KV cache, a busy worker) or never will (a missing model, bad input)."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class AudioFormatError(ParleyError, ValueError):
+    """Audio that cannot be used as given: wrong dtype, NaN/inf, empty, bad sample rate."""
+
+
+class ModelError(ParleyError):
+    """A model could not be found or loaded. `fix` says what to do about it."""
+
+    def __init__(self, model: str, cause: str, fix: str = "") -> None:
+        self.model = model
+        self.cause = cause
+        self.fix = fix
+        text = f"{model}: {cause}"
+        if fix:
+            text += f" (fix: {fix})"
+        super().__init__(text, retryable=False)
+
+
+class ModelNotFoundError(ModelError, FileNotFoundError):
+    """The package or file that carries a model is not installed."""
+
+
+class ModelCorruptError(ModelError):
+    """The model file exists but is truncated or unreadable."""
