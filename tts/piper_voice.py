@@ -1,0 +1,71 @@
+"""The embedded Piper voice (VITS ONNX) behind a small, thread-budgeted loader.
+
+piper-tts is GPL-3.0 (it bundles espeak-ng's data for phonemization): see the README's
+licence note. We build the onnxruntime session ourselves to set its thread budget: the
+session's default (all cores) stalls STT and the LLM that run beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from parley.assets import get_model
+from parley.errors import ModelCorruptError, ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class PiperOptions:
+    length_scale: float | None = None  # > 1 slower speech
+    noise_scale: float | None = None
+    noise_w_scale: float | None = None
+    speaker_id: int | None = None
+
+
+class PiperVoiceModel:
+    """Loads a Piper voice. `synthesize` returns the whole utterance as float32 at the
+    voice's native rate (22.05 kHz for the embedded voice)."""
+
+    def __init__(self, model_path: str | Path, config_path: str | Path | None = None, *, threads: int = 1):
+        import onnxruntime as ort
+        from piper import PiperVoice
+        from piper.config import PiperConfig
+
+        model_path = Path(model_path)
+        config_path = Path(config_path) if config_path else Path(f"{model_path}.json")
+        for p in (model_path, config_path):
+            if not p.is_file():
+                raise ModelNotFoundError(str(p), "Piper voice file not found")
+        try:
+            config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            session = ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
+        except (ValueError, KeyError, OSError, RuntimeError) as e:  # onnxruntime raises RuntimeError subclasses
+            raise ModelCorruptError(str(model_path), f"cannot load Piper voice: {e}") from e
+        self._voice = PiperVoice(session=session, config=config)
+        self.sample_rate = int(config.sample_rate)
+
+    @classmethod
+    def default(cls, *, threads: int = 1) -> PiperVoiceModel:
+        model = get_model("piper-joe-medium")
+        onnx_path = model.path()
+        return cls(onnx_path, Path(f"{onnx_path}.json"), threads=threads)
+
+    def synthesize(self, text: str, options: PiperOptions = PiperOptions()) -> np.ndarray:  # [N] float32
+        from piper.config import SynthesisConfig
+
+        cfg = SynthesisConfig(
+            speaker_id=options.speaker_id,
+            length_scale=options.length_scale,
+            noise_scale=options.noise_scale,
+            noise_w_scale=options.noise_w_scale,
+        )
+        chunks = [c.audio_float_array for c in self._voice.synthesize(text, syn_config=cfg)]
+        if not chunks:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(chunks).astype(np.float32, copy=False)
