@@ -3,8 +3,8 @@ and the embedded model registry. This package imports none of the stage packages
 
 from parley.audio import (
     AudioFrame,
-    frames,
     float_to_int16,
+    frames,
     int16_to_float,
     resample,
     to_mono,

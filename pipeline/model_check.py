@@ -90,6 +90,6 @@ def check_model(key: str) -> CheckResult:
         detail, ok = CHECKS[key](model), True
     except ModelError as e:
         detail, ok = str(e), False
-    except Exception as e:  # noqa: BLE001 - any loader failure is reported per model, by name
+    except Exception as e:  # any loader failure is reported per model, by name
         detail, ok = f"{type(e).__name__}: {e}", False
     return CheckResult(key, ok, time.perf_counter() - t0, detail)

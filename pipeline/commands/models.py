@@ -22,8 +22,8 @@ def _row(key: str) -> dict:
 
 def _table(rows: list[dict], cols: list[str]) -> str:
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols), "  ".join("-" * widths[c] for c in cols)]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols).rstrip(), "  ".join("-" * widths[c] for c in cols)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in cols).rstrip() for r in rows]
     return "\n".join(lines)
 
 
