@@ -106,12 +106,17 @@ class TextChunker:
     def _accept(buf: str, m: re.Match, final: bool) -> bool | None:
         """True: a boundary; False: not one; None: undecidable until more text arrives."""
         mark = m.group(0).strip()
+        if mark == "," and m.start() > 0 and buf[m.start() - 1].isdigit():
+            nxt = re.search(r"\S", buf[m.end():])  # "March 3, 2024" is one date
+            if nxt is None:
+                return True if final else None
+            return not nxt.group(0).isdigit()
         if not mark.startswith("."):
             return True
         word = buf[: m.start()].split()[-1] if buf[: m.start()].split() else ""
         key = word.lower().lstrip("(\"'")
-        if key in _NO_SPLIT or re.fullmatch(r"[a-z]|\d{1,3}", key):
-            return False
+        if key in _NO_SPLIT or re.fullmatch(r"[A-Z]|\d{1,3}", word.lstrip("(\"'")):
+            return False  # "Dr.", initials "J.", list numbers "1."
         if key in _MAYBE_FINAL:
             nxt = re.search(r"\S", buf[m.end():])
             if nxt is None:
@@ -124,7 +129,7 @@ class TextChunker:
         for i in range(n_words - 1, len(words)):
             w = words[i].group(0)
             key = w.lower().rstrip(".")
-            if w.endswith(".") and (key in _NO_SPLIT or len(key) == 1):
+            if w.endswith(".") and (key in _NO_SPLIT or re.fullmatch(r"[A-Z]", w[:-1])):
                 continue  # "Dr." or "J." binds to the next word
             if i + 1 < len(words) and re.match(r"[\d$€£%]", words[i + 1].group(0)) and w[-1].isalnum():
                 continue  # keep "costs $5" or "at 7:30" together
