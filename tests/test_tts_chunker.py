@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tts import ChunkerConfig, TextChunker, normalize_text, split_text
+from tts.text_feed import llm_deltas
 
 REPLY = ("Sure, I can help with that. Dr. Smith said pi is about 3.14, e.g. a bit more than three. "
          "The fee is $5.20 per visit, i.e. cheap. See https://www.example.com/docs/v2.1?id=7 for details. "
@@ -15,8 +16,8 @@ REPLY = ("Sure, I can help with that. Dr. Smith said pi is about 3.14, e.g. a bi
 
 
 def _tokens(text: str) -> list[str]:
-    # LLM-like deltas: a leading space with a short piece of a word, punctuation apart
-    return re.findall(r"\s?[A-Za-z]{1,4}|\s?\d|\s?[^\sA-Za-z\d]|\s+", text)
+    # LLM-like deltas, in pieces of at most 3 letters (finer than llm_deltas: more cut points)
+    return [p for d in llm_deltas(text) for p in re.findall(r"\s?.{1,3}", d, flags=re.S)]
 
 
 def _stream(text: str, config: ChunkerConfig | None = None) -> tuple[list[str], list[int]]:
@@ -30,8 +31,8 @@ def _stream(text: str, config: ChunkerConfig | None = None) -> tuple[list[str], 
 
 
 @pytest.mark.unit
-def test_tokenizer_of_the_test_reassembles_the_text():
-    assert "".join(_tokens(REPLY)) == REPLY
+def test_deltas_reassemble_the_text():
+    assert "".join(_tokens(REPLY)) == REPLY == "".join(llm_deltas(REPLY))
 
 
 @pytest.mark.unit
@@ -48,8 +49,8 @@ def test_token_stream_gives_the_chunks_and_spoken_text_of_the_whole_string(text)
 def test_first_chunk_is_the_first_clause_and_comes_as_its_boundary_arrives():
     chunks, at = _stream(REPLY)
     assert chunks[0] == "Sure,"
-    # emitted on the delta after the comma (the one that shows it is not "3,000")
-    assert at[0] == _tokens(REPLY).index(",") + 1
+    # emitted on the comma's own delta: after a word, it cannot become "3,000"
+    assert at[0] == _tokens(REPLY).index(",")
     assert chunks[1] == "I can help with that."
 
 
@@ -58,6 +59,7 @@ def test_first_chunk_without_a_clause_boundary_comes_after_a_few_words():
     chunks = split_text("The weather today looks sunny and warm with a light breeze. Enjoy it.",
                         ChunkerConfig(first_max_words=4))
     assert chunks[0] == "The weather today looks"
+    assert split_text("Your flight leaves soon.")[0] == "Your flight"  # default: 2 words
     assert chunks[1:] == ["sunny and warm with a light breeze.", "Enjoy it."]
 
 
@@ -76,14 +78,14 @@ def test_never_splits_inside_numbers_abbreviations_or_urls(keep):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("text, first", [
-    ("Dr. Smith is in room four today now.", "Dr. Smith is in room"),
-    ("It costs $5 today for everyone here.", "It costs $5 today for"),
-    ("We sold 3,000 units, a record.", "We sold 3,000 units,"),
-    ("On March 3, 2024 we met.", "On March 3, 2024 we"),
+@pytest.mark.parametrize("text, first", [  # with 3 words
+    ("Dr. Smith is in room four today now.", "Dr. Smith is"),
+    ("We sold 3,000 units, a record.", "We sold 3,000"),
+    ("On March 3, 2024 we met.", "On March 3, 2024"),
+    ("Meet J. Smith at noon.", "Meet J. Smith"),
 ])
 def test_first_chunk_word_rule_keeps_bound_words_together(text, first):
-    assert split_text(text)[0] == first
+    assert split_text(text, ChunkerConfig(first_max_words=3))[0] == first
 
 
 @pytest.mark.unit
