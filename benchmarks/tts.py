@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import platform
 import statistics
 import threading
@@ -100,6 +101,20 @@ def _table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _spin(stop) -> None:
+    while not stop.is_set():
+        sum(range(10_000))
+
+
+def _busy(n: int) -> tuple[list, object]:
+    """`n` processes spinning on a core each: the STT and LLM that share the CPU in a session."""
+    stop = multiprocessing.Event()
+    procs = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(n)]
+    for p in procs:
+        p.start()
+    return procs, stop
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default="piper,espeak")
@@ -108,11 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=24_000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--first-words", default="2,3", help="ChunkerConfig.first_max_words values to compare")
+    ap.add_argument("--busy-cores", type=int, default=0, help="cores kept busy by spinning processes")
     ap.add_argument("--json", default="", help="write the results here")
     args = ap.parse_args(argv)
     first_words = [int(n) for n in args.first_words.split(",")]
-    results = [r for b in args.backends.split(",")
-               for r in bench_backend(b, args.runs, args.tps, args.rate, args.threads, first_words)]
+    procs, stop = _busy(args.busy_cores)
+    try:
+        results = [r for b in args.backends.split(",")
+                   for r in bench_backend(b, args.runs, args.tps, args.rate, args.threads, first_words)]
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=2)
     print(_table(results))
     for r in results:
         ok_first = r["first_audio_ms_p50"] <= TARGET_FIRST_AUDIO_P50_MS
@@ -122,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             line += f", RTF {r['rtf_total']:.3f} (target <= 0.2: {'met' if ok_rtf else 'MISSED'})"
         print(line)
     if args.json:
-        meta = {"tps": args.tps, "rate": args.rate, "threads": args.threads, "runs": args.runs,
+        meta = {"tps": args.tps, "busy_cores": args.busy_cores, "rate": args.rate, "threads": args.threads, "runs": args.runs,
                 "deltas_per_reply_mean": statistics.mean(len(llm_deltas(t)) for t in REPLIES),
                 "python": platform.python_version(), "machine": platform.machine()}
         with open(args.json, "w", encoding="utf-8") as f:

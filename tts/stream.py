@@ -113,6 +113,9 @@ class SpeechStream:
 
     # -- producer side ---------------------------------------------------------------
     def push_text(self, delta: str) -> None:
+        """Add an LLM text delta. Ignored after cancel() (a barge-in races the producer)."""
+        if self._cancelled.is_set():
+            return
         if self._input_ended:
             raise RuntimeError("push_text after end_input")
         if self._t0 is None and delta:
@@ -197,9 +200,14 @@ class SpeechStream:
             yield frame
 
     async def __aiter__(self) -> AsyncIterator[SpeechFrame]:
-        """Frames without blocking the event loop (each wait runs in a thread)."""
-        while (frame := await asyncio.to_thread(self.read)) is not None:
-            yield frame
+        """Frames without blocking the event loop (each wait runs in a thread). Cancelling the
+        consuming task cancels the stream, so no reader thread is left waiting."""
+        try:
+            while (frame := await asyncio.to_thread(self.read)) is not None:
+                yield frame
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
 
     def _finish(self) -> None:
         if self._error is not None and not self._cancelled.is_set():
