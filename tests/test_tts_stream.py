@@ -1,0 +1,160 @@
+"""Streaming frames: format, chunk marks, cancel, empty text, bounded memory, errors, asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tts import FakeSynthesizer, PiperSynthesizer, SpeechStream, StreamConfig, SynthesisError, Synthesizer
+
+TEXT = "Sure, I can help with that. The meeting is at 7:30. See you there!"
+
+
+def _collect(stream: SpeechStream, timeout: float = 10.0) -> list:
+    out = []
+    while (f := stream.read(timeout=timeout)) is not None:
+        out.append(f)
+    return out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("rate", [16_000, 24_000, 48_000])
+def test_frames_are_20ms_int16_at_the_requested_rate_with_chunk_marks(rate):
+    synth = FakeSynthesizer(first_audio_delay_s=0.0, rtf=0.0)
+    stream = synth.stream(sample_rate=rate).say(TEXT)
+    frames = _collect(stream)
+    assert all(f.pcm.dtype == np.int16 and f.pcm.shape == (rate // 50,) and f.sample_rate == rate for f in frames)
+    n_chunks = len(stream.metrics.chunks)
+    assert n_chunks == 4 == len(synth.texts)
+    assert [f.chunk_index for f in frames if f.chunk_start] == list(range(n_chunks))
+    assert [f.chunk_index for f in frames if f.chunk_end] == list(range(n_chunks))
+    assert [f.chunk_index for f in frames] == sorted(f.chunk_index for f in frames)
+    assert np.allclose(np.diff([f.timestamp_s for f in frames]), 0.02)
+    # resampled once: the output lasts what the backend produced (plus < 1 frame of padding a chunk)
+    produced = sum(c.audio_s for c in stream.metrics.chunks)
+    assert produced <= len(frames) * 0.02 <= produced + 0.021 * n_chunks
+
+
+@pytest.mark.unit
+def test_chunk_joins_are_faded_so_a_tone_does_not_click():
+    frames = _collect(FakeSynthesizer(first_audio_delay_s=0.0, rtf=0.0, amplitude=0.5)
+                      .stream(sample_rate=48_000).say(TEXT))
+    pcm = np.concatenate([f.pcm for f in frames]).astype(np.int32)
+    starts = np.cumsum([0] + [len(f.pcm) for f in frames])[:-1]
+    joins = [s for s, f in zip(starts, frames) if f.chunk_start and s > 0]
+    assert len(joins) == 3
+    steady_step = np.abs(np.diff(pcm[starts[5]: starts[6]])).max()  # mid-tone sample steps
+    for j in joins:
+        around = pcm[j - 48: j + 48]  # +-1 ms
+        assert np.abs(around).max() < 0.05 * 32767
+        assert np.abs(np.diff(around)).max() <= steady_step
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", ["", "   ", "\n\t  ", "🎉"])
+def test_empty_or_whitespace_text_emits_nothing(text):
+    synth = FakeSynthesizer(first_audio_delay_s=0.0)
+    stream = synth.stream().say(text)
+    assert stream.read(timeout=2.0) is None
+    assert stream.metrics.frames_emitted == 0
+
+
+def _cancel_midway(synth: Synthesizer, text: str, after_frames: int = 3) -> tuple[int, list, SpeechStream]:
+    stream = synth.stream(sample_rate=16_000)
+    received: list = []
+
+    def consume():
+        received.extend(iter(stream))
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    stream.say(text)
+    while stream.metrics.frames_emitted < after_frames:
+        time.sleep(0.002)
+    stream.cancel()
+    emitted_at_cancel = stream.metrics.frames_emitted
+    reader.join(timeout=5)
+    assert not reader.is_alive()
+    return emitted_at_cancel, received, stream
+
+
+@pytest.mark.unit
+def test_cancel_during_synthesis_emits_no_frame_after_it_returns():
+    synth = FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.05)
+    emitted, received, stream = _cancel_midway(synth, TEXT * 5)
+    assert len(received) == emitted
+    assert stream.read(timeout=0.5) is None
+    stream.join(timeout=2)
+    assert len(synth.texts) < 15  # synthesis stopped: not all chunks were made
+
+
+@pytest.mark.integration
+def test_cancel_stops_piper_mid_reply():
+    synth = PiperSynthesizer.default(threads=1)
+    emitted, received, stream = _cancel_midway(synth, TEXT * 4, after_frames=10)
+    assert len(received) == emitted
+    stream.join(timeout=5)
+    assert not stream._worker.is_alive()
+    assert synth.stats.calls < len(stream.metrics.chunks)
+
+
+@pytest.mark.unit
+def test_long_text_streams_with_bounded_memory():
+    synth = FakeSynthesizer(first_audio_delay_s=0.0, rtf=0.0)
+    cfg = StreamConfig(sample_rate=16_000, max_buffered_s=0.5)
+    stream = synth.stream(cfg)
+    stream.say("This is one more sentence of a very long reply. " * 2000)  # ~100k characters
+    ahead = []
+    for _ in range(200):  # a slow reader: 4 s of audio read
+        assert stream.read(timeout=5) is not None
+        ahead.append(stream._out_q.qsize())
+    time.sleep(0.1)
+    assert max(ahead) <= cfg.max_frames
+    chunk_frames = 2.88 / 0.02  # one 48-char chunk of fake audio is ~2.9 s
+    assert len(synth.texts) <= 200 / chunk_frames + 2 + cfg.max_frames / chunk_frames
+    stream.cancel()
+
+
+@pytest.mark.unit
+def test_backend_error_reaches_the_reader_as_synthesis_error():
+    class Broken(Synthesizer):
+        name = "broken"
+
+        def _synthesize_impl(self, text):
+            raise RuntimeError("model exploded")
+
+    stream = Broken(22_050).stream().say("Hello there.")
+    with pytest.raises(SynthesisError, match="model exploded"):
+        stream.read(timeout=5)
+
+
+@pytest.mark.unit
+def test_push_after_end_and_bad_config_raise():
+    stream = FakeSynthesizer().stream().say("Hi.")
+    with pytest.raises(RuntimeError):
+        stream.push_text("more")
+    with pytest.raises(ValueError):
+        StreamConfig(sample_rate=12_345)
+    stream.cancel()
+
+
+@pytest.mark.unit
+async def test_async_iteration_does_not_block_the_event_loop():
+    synth = FakeSynthesizer(first_audio_delay_s=0.25, rtf=0.0)
+    stream = synth.stream().say("Hello there, friend.")
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    frames = [f async for f in stream]
+    task.cancel()
+    assert frames and ticks >= 20  # two chunks of 0.25 s synthesis each: the loop kept ticking

@@ -1,0 +1,294 @@
+"""Streaming speech: text deltas in, 20 ms int16 PCM frames out, cancellable.
+
+One worker thread per stream takes chunks from the chunker, synthesizes each (blocking model
+call, off the caller's thread and off any event loop), fades the chunk's edges, resamples it
+once to the output rate and cuts it into frames. Frames wait in a bounded queue
+(`max_buffered_s`): the worker blocks when the reader lags, so a book-length text holds one
+chunk plus that buffer in memory, never the whole reply.
+
+`cancel()` and the reader share a lock: a frame leaves `read()` only if the stream was not
+cancelled when the frame was handed out, so no frame is emitted after `cancel()` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parley.audio import Resampler, float_to_int16
+from tts.chunker import ChunkerConfig, TextChunker
+from tts.normalize import normalize_text
+from tts.synthesizer import Synthesizer
+
+OUTPUT_RATES = (8_000, 16_000, 22_050, 24_000, 44_100, 48_000)
+_END = object()
+_POLL_S = 0.05  # how often blocked queue operations look at the cancel flag
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    sample_rate: int = 16_000  # output rate
+    frame_ms: int = 20
+    max_buffered_s: float = 1.0  # synthesized audio allowed to wait for the reader
+    fade_ms: float = 4.0  # raised-cosine fade at each chunk's edges: no click at the joins
+    normalize: bool = True
+    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+
+    def __post_init__(self) -> None:
+        if self.sample_rate not in OUTPUT_RATES:
+            raise ValueError(f"sample_rate must be one of {OUTPUT_RATES}, got {self.sample_rate}")
+        if self.frame_ms not in (10, 20, 30, 40):
+            raise ValueError("frame_ms must be 10, 20, 30 or 40")
+        if not 0.04 <= self.max_buffered_s <= 60:
+            raise ValueError("max_buffered_s must be in [0.04, 60]")
+        if not 0 <= self.fade_ms <= 50:
+            raise ValueError("fade_ms must be in [0, 50]")
+
+    @property
+    def frame_samples(self) -> int:
+        return self.sample_rate * self.frame_ms // 1000
+
+    @property
+    def max_frames(self) -> int:
+        return max(2, round(self.max_buffered_s * 1000 / self.frame_ms))
+
+
+@dataclass(frozen=True)
+class SpeechFrame:
+    pcm: np.ndarray  # [frame_samples] int16 mono
+    sample_rate: int
+    timestamp_s: float  # stream time of the first sample
+    chunk_index: int
+    chunk_start: bool  # first frame of its chunk
+    chunk_end: bool  # last frame of its chunk (zero-padded to a full frame)
+    text: str  # the chunk's spoken text
+
+
+@dataclass
+class ChunkTiming:
+    index: int
+    text: str
+    ready_s: float  # chunk complete in the chunker (since the first text delta)
+    synth_s: float = 0.0  # backend seconds
+    audio_s: float = 0.0
+    first_frame_s: float | None = None  # its first frame queued (since the first text delta)
+
+
+@dataclass
+class StreamMetrics:
+    chunks: list[ChunkTiming] = field(default_factory=list)
+    first_frame_s: float | None = None  # first frame handed to the reader, since the first delta
+    frames_emitted: int = 0
+
+
+class SpeechStream:
+    """push_text()/end_input() from the producer; iterate (or read()) frames in the consumer."""
+
+    def __init__(self, synthesizer: Synthesizer, config: StreamConfig) -> None:
+        self.synthesizer, self.config = synthesizer, config
+        self.metrics = StreamMetrics()
+        self._chunker = TextChunker(config.chunker)
+        self._text_q: queue.SimpleQueue = queue.SimpleQueue()  # chunks: text, small
+        self._out_q: queue.Queue = queue.Queue(maxsize=config.max_frames)
+        self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self._input_ended = False
+        self._done = False
+        self._error: BaseException | None = None
+        self._t0: float | None = None
+        self._frames_made = 0  # worker side: frames queued so far (stream time of the next one)
+        # One resampler for the stream, built here: its first construction imports scipy.signal
+        # (~0.4 s measured), which must not land on the first chunk's latency. Each chunk ends
+        # faded to zero and is flushed with zeros, so every chunk starts from a silent history.
+        self._resampler = (Resampler(synthesizer.sample_rate, config.sample_rate)
+                           if synthesizer.sample_rate != config.sample_rate else None)
+        self._worker = threading.Thread(target=self._run, name="tts-stream", daemon=True)
+        self._worker.start()
+
+    # -- producer side ---------------------------------------------------------------
+    def push_text(self, delta: str) -> None:
+        """Add an LLM text delta. Ignored after cancel() (a barge-in races the producer)."""
+        if self._cancelled.is_set():
+            return
+        if self._input_ended:
+            raise RuntimeError("push_text after end_input")
+        if self._t0 is None and delta:
+            self._t0 = time.perf_counter()
+        for chunk in self._chunker.push(delta):
+            self._enqueue(chunk)
+
+    def end_input(self) -> None:
+        if self._input_ended:
+            return
+        self._input_ended = True
+        for chunk in self._chunker.flush():
+            self._enqueue(chunk)
+        self._text_q.put(_END)
+
+    def say(self, text: str) -> SpeechStream:
+        """The whole text at once, then end of input."""
+        self.push_text(text)
+        self.end_input()
+        return self
+
+    def _enqueue(self, chunk: str) -> None:
+        timing = ChunkTiming(len(self.metrics.chunks), chunk, self._since_t0())
+        self.metrics.chunks.append(timing)
+        self._text_q.put(timing)
+
+    # -- control -----------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop synthesis and drop queued audio. No frame is emitted after this returns."""
+        with self._lock:
+            self._cancelled.set()
+            self._drain()
+        self._text_q.put(_END)
+        self._put_end()
+
+    def close(self) -> None:
+        """End the stream's worker: cancels unless the speech already finished."""
+        if not self._done:
+            self.cancel()
+
+    def __enter__(self) -> SpeechStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._worker.join(timeout)
+
+    # -- consumer side ---------------------------------------------------------------
+    def read(self, timeout: float | None = None) -> SpeechFrame | None:
+        """The next frame; None at the end of the speech (or after cancel). Raises
+        TimeoutError when no frame came within `timeout`, the worker's error if it failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._done or self._cancelled.is_set():
+                return self._finish()
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("no audio frame within the timeout")
+            try:
+                item = self._out_q.get(timeout=wait)
+            except queue.Empty:
+                continue
+            with self._lock:
+                if self._cancelled.is_set():
+                    return None
+                if item is _END:
+                    self._done = True
+                    return self._finish()
+                self.metrics.frames_emitted += 1
+                if self.metrics.first_frame_s is None:
+                    self.metrics.first_frame_s = self._since_t0()
+                return item
+
+    def __iter__(self) -> Iterator[SpeechFrame]:
+        while (frame := self.read()) is not None:
+            yield frame
+
+    async def __aiter__(self) -> AsyncIterator[SpeechFrame]:
+        """Frames without blocking the event loop (each wait runs in a thread). Cancelling the
+        consuming task cancels the stream, so no reader thread is left waiting."""
+        try:
+            while (frame := await asyncio.to_thread(self.read)) is not None:
+                yield frame
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    def _finish(self) -> None:
+        if self._error is not None and not self._cancelled.is_set():
+            raise self._error
+        return None
+
+    # -- worker ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._cancelled.is_set():
+                item = self._text_q.get()
+                if item is _END or self._cancelled.is_set():
+                    break
+                self._speak_chunk(item)
+        except Exception as e:  # handed to the reader, which raises it
+            self._error = e
+        finally:
+            self._put_end()
+
+    def _speak_chunk(self, timing: ChunkTiming) -> None:
+        text = normalize_text(timing.text) if self.config.normalize else timing.text
+        result = self.synthesizer.synthesize(text, normalize=False)
+        timing.synth_s, timing.audio_s = result.metrics.seconds, result.metrics.audio_s
+        if self._cancelled.is_set() or not len(result.audio):
+            return
+        frames = self._to_frames(result.audio, result.sample_rate)  # [F, frame_samples] int16
+        for i, pcm in enumerate(frames):
+            frame = SpeechFrame(pcm, self.config.sample_rate, self._frames_made * self.config.frame_ms / 1000,
+                                timing.index, i == 0, i == len(frames) - 1, result.text)
+            if not self._put(frame):
+                return
+            self._frames_made += 1
+            if i == 0:
+                timing.first_frame_s = self._since_t0()
+
+    def _to_frames(self, audio: np.ndarray, rate: int) -> np.ndarray:
+        cfg = self.config
+        audio = _fade(audio, round(rate * cfg.fade_ms / 1000))
+        if self._resampler is not None:
+            if rate != self._resampler.src_rate:
+                raise ValueError(f"backend changed its rate from {self._resampler.src_rate} to {rate} Hz")
+            rs = self._resampler
+            # the zeros flush the filter's delay line (24 taps); the faded edge makes them silent
+            audio = np.concatenate([rs.process(audio), rs.process(np.zeros(32, dtype=np.float32))])
+        n = cfg.frame_samples
+        pad = (-len(audio)) % n
+        pcm = float_to_int16(np.concatenate([audio, np.zeros(pad, dtype=np.float32)]))
+        return pcm.reshape(-1, n)  # [F, n]
+
+    def _put(self, item) -> bool:
+        while not self._cancelled.is_set():
+            try:
+                self._out_q.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _put_end(self) -> None:
+        try:
+            self._out_q.put_nowait(_END)
+        except queue.Full:
+            if not self._cancelled.is_set():
+                self._put(_END)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._out_q.get_nowait()
+            except queue.Empty:
+                return
+
+    def _since_t0(self) -> float:
+        return time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+
+
+def _fade(audio: np.ndarray, n: int) -> np.ndarray:  # [N] float32
+    if n <= 0 or len(audio) < 2 * n:
+        return audio
+    ramp = (0.5 - 0.5 * np.cos(np.linspace(0, np.pi, n, dtype=np.float32))).astype(np.float32)
+    out = audio.copy()
+    out[:n] *= ramp
+    out[-n:] *= ramp[::-1]
+    return out
