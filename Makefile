@@ -9,6 +9,7 @@ setup:
 	bash scripts/setup.sh
 
 test: setup
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
