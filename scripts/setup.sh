@@ -29,7 +29,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 
 # Skip the pip work when nothing it depends on changed since the last successful run.
 stamp="$VENV/.parley-setup"
-digest=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+# The package list counts too: an editable install maps only the packages it saw.
+digest=$( (cat pyproject.toml scripts/setup.sh; ls -d */__init__.py) | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && [ -x "$VENV/bin/parley" ]; then
   echo "setup: up to date"; exit 0
 fi
