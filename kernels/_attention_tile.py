@@ -12,7 +12,7 @@ from __future__ import annotations
 from kernels._triton import tl, triton
 
 LOG2E = 1.4426950408889634
-M_INIT = -1.0e30
+M_INIT = tl.constexpr(-1.0e30)
 
 
 @triton.jit

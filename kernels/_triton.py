@@ -18,7 +18,9 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
     HAVE_TRITON = False
 
     class _Stub:
-        constexpr = object
+        class constexpr:  # mirrors triton.language.constexpr
+            def __init__(self, value=None):
+                self.value = value
         float32 = int64 = None
 
         @staticmethod

@@ -115,3 +115,20 @@ def test_launchers_reject_bad_shapes_and_dtypes(call, match):
 def test_unknown_backend_is_rejected():
     with pytest.raises(ValueError, match="backend"):
         kernels.rms_norm(torch.zeros(1, 8), torch.ones(8), 1e-5, backend="cuda")
+
+
+def test_import_without_triton_falls_back_to_refs():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
+        "import torch, kernels\n"
+        "x = torch.randn(2, 8)\n"
+        "assert torch.equal(kernels.rms_norm(x, torch.ones(8), 1e-5), kernels.rms_norm_ref(x, torch.ones(8), 1e-5))\n"
+        "try:\n    kernels.rms_norm(x, torch.ones(8), 1e-5, backend='triton')\n"
+        "except RuntimeError as e:\n    print('refused:', e)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: kernel backend 'triton' requested but triton is not installed" in proc.stdout
