@@ -14,6 +14,7 @@ from llm_engine import EngineConfig, LLMEngine, ModelConfig, SamplingParams
 from llm_engine.model import LlamaModel
 from llm_engine.tokenizer import Tokenizer
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 VOCAB = 96
 CFG = ModelConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4,
                   num_kv_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=10000.0)
@@ -30,13 +31,14 @@ def _counting(fn, name, calls):
 
 def _engine(backend: str) -> LLMEngine:
     torch.manual_seed(0)  # same random weights for both backends
-    model = LlamaModel(CFG, max_len=128, backend=backend).eval()
+    model = LlamaModel(CFG, max_len=128, backend=backend).eval().to(DEV)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p) * 0.2 + (1.0 if p.dim() == 1 else 0.0))
     tok = Tokenizer(HFTokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0")),
                     None, None, [], False)
-    cfg = EngineConfig(device="cpu", backend=backend, block_size=16, num_blocks=16, max_num_seqs=4,
+    # fp32 on both devices: the comparison is kernels vs references, not bf16 rounding.
+    cfg = EngineConfig(device=DEV, dtype=torch.float32, enforce_eager=True, backend=backend, block_size=16, num_blocks=16, max_num_seqs=4,
                        max_model_len=128)
     return LLMEngine(model, tok, cfg)
 

@@ -129,6 +129,9 @@ def test_import_without_triton_falls_back_to_refs():
         "try:\n    kernels.rms_norm(x, torch.ones(8), 1e-5, backend='triton')\n"
         "except RuntimeError as e:\n    print('refused:', e)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]  # `-c` puts the cwd first on sys.path
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "refused: kernel backend 'triton' requested but triton is not installed" in proc.stdout
