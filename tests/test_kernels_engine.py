@@ -31,7 +31,8 @@ def _counting(fn, name, calls):
 
 def _engine(backend: str) -> LLMEngine:
     torch.manual_seed(0)  # same random weights for both backends
-    model = LlamaModel(CFG, max_len=128, backend=backend).eval().to(DEV)
+    # sdpa_decode=False: the engine's CPU SDPA shortcut would bypass the decode op under test
+    model = LlamaModel(CFG, max_len=128, backend=backend, sdpa_decode=False).eval().to(DEV)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p) * 0.2 + (1.0 if p.dim() == 1 else 0.0))
