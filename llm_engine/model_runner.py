@@ -56,6 +56,7 @@ class ModelRunner:
             context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
             is_decode=cu[-1] == len(batch.seqs),
             max_context_len=max(ctx),
+            seq_lens=tuple(ctx),
         )
         return torch.tensor(ids, dtype=torch.long, device=dev), meta, logit_idx, sample_rows
 
