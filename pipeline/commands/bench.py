@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 
-BENCH_MODULES: tuple[str, ...] = ()
+BENCH_MODULES: tuple[str, ...] = (
+    "pipeline.commands.bench_turn",
+)
 
 
 def register(sub) -> None:
