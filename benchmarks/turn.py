@@ -28,11 +28,12 @@ V1_MAX_DELAYS_S = (0.8, 1.2, 2.0)
 V1_WINDOW = 19_200  # 1.2 s, the most v1-mini takes
 OUR_POLICIES = {
     "default": EndpointingPolicy(),
-    "max_wait=1.2": EndpointingPolicy(max_wait_s=1.2),
-    "max_wait=2.0": EndpointingPolicy(max_wait_s=2.0),
-    "high=0.8,low=0.3": EndpointingPolicy(high=0.8, low=0.3),
-    "high=0.6,low=0.15": EndpointingPolicy(high=0.6, low=0.15),
-    "min_wait=0.2": EndpointingPolicy(min_wait_s=0.2),
+    "high=0.97,low=0.7": EndpointingPolicy(high=0.97, low=0.7),
+    "high=0.95,low=0.6": EndpointingPolicy(high=0.95, low=0.6),
+    "high=0.9,low=0.6,max_wait=1.2": EndpointingPolicy(high=0.9, low=0.6, max_wait_s=1.2),
+    "high=0.9,low=0.3": EndpointingPolicy(high=0.9, low=0.3),
+    "high=0.7,low=0.2": EndpointingPolicy(high=0.7, low=0.2),
+    "high=0.7,low=0.2,max_wait=1.2": EndpointingPolicy(high=0.7, low=0.2, max_wait_s=1.2),
 }
 
 

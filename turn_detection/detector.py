@@ -36,11 +36,12 @@ class Evaluation:
 
 class EndOfTurnDetector:
     def __init__(self, vad: SileroVAD, classifier: ProsodyClassifier | None,
-                 policy: EndpointingPolicy = EndpointingPolicy()):
-        self.vad, self.classifier, self.policy = vad, classifier, policy
+                 policy: EndpointingPolicy | None = None):
+        self.vad, self.classifier = vad, classifier
+        self.policy = policy or EndpointingPolicy()
 
     @classmethod
-    def load(cls, weights: str | Path = DEFAULT_WEIGHTS, policy: EndpointingPolicy = EndpointingPolicy(),
+    def load(cls, weights: str | Path = DEFAULT_WEIGHTS, policy: EndpointingPolicy | None = None,
              vad_path: str | Path | None = None, threads: int = 1) -> EndOfTurnDetector:
         """The embedded VAD, the shipped weights and the default policy."""
         return cls(SileroVAD(vad_path, threads=threads), ProsodyClassifier.load(weights), policy)

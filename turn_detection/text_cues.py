@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 
 UNFINISHED_ENDINGS = frozenset(
-    "and or but so because if when while that which who the a an to of for with from in on at "
-    "by about into than as my your our their his her its this these those is are was were "
-    "will would could should can um uh like i we you they".split()
+    ["and", "or", "but", "so", "because", "if", "when", "while", "that", "which", "who", "the", "a", "an", "to", "of", "for", "with", "from", "in", "on", "at", "by", "about", "into", "than", "as", "my", "your", "our", "their", "his", "her", "its", "this", "these", "those", "is", "are", "was", "were", "will", "would", "could", "should", "can", "um", "uh", "like", "i", "we", "you", "they"]
 )
 _WORD = re.compile(r"[a-z']+")
 

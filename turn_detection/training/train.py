@@ -21,8 +21,8 @@ from turn_detection.classifier import DEFAULT_WEIGHTS, ProsodyClassifier
 from turn_detection.detector import EndOfTurnDetector
 from turn_detection.policy import EndpointingPolicy
 from turn_detection.prosody import FEATURE_NAMES
-from turn_detection.training.make_dataset import make_clip
 from turn_detection.training.data import split, synthesize
+from turn_detection.training.make_dataset import make_clip
 from turn_detection.vad import SileroVAD
 
 EXCLUDED = ("speech_s_log", "pauses", "since_pause_s_log")
