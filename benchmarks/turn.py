@@ -28,6 +28,7 @@ V1_MAX_DELAYS_S = (0.8, 1.2, 2.0)
 V1_WINDOW = 19_200  # 1.2 s, the most v1-mini takes
 OUR_POLICIES = {
     "default": EndpointingPolicy(),
+    "min_wait=0.064": EndpointingPolicy(min_wait_s=0.064),
     "high=0.97,low=0.7": EndpointingPolicy(high=0.97, low=0.7),
     "high=0.95,low=0.6": EndpointingPolicy(high=0.95, low=0.6),
     "high=0.9,low=0.6,max_wait=1.2": EndpointingPolicy(high=0.9, low=0.6, max_wait_s=1.2),
