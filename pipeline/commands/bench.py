@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib
 
-BENCH_MODULES: tuple[str, ...] = ("pipeline.commands.bench_llm",)
+BENCH_MODULES: tuple[str, ...] = (
+    "pipeline.commands.bench_llm",
+    "pipeline.commands.bench_turn",
+)
 
 
 def register(sub) -> None:

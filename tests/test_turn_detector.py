@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.speech import espeak_available, espeak_speech, piper_speech, with_silence
+from turn_detection import EndOfTurn, EndOfTurnDetector, EndpointingPolicy, FakeEndOfTurnDetector
+from turn_detection.text_cues import text_unfinished
+from turn_detection.training.make_dataset import make_clip
+
+TEXTS = (
+    "I need a taxi to the airport at seven tomorrow morning.",
+    "Remind me to buy flowers for my mother on the way home.",
+)
+needs_espeak = pytest.mark.skipif(not espeak_available(), reason="espeak-ng binary not installed")
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return EndOfTurnDetector.load()
+
+
+def _trim(audio: np.ndarray) -> np.ndarray:
+    loud = np.flatnonzero(np.abs(audio) > 1e-3)
+    return np.array(audio[loud[0] : loud[-1] + 1])
+
+
+def _first_event(stream, audio: np.ndarray, frame: int = 320) -> EndOfTurn | None:
+    for i in range(0, len(audio), frame):
+        ev = stream.push(audio[i : i + frame])
+        if ev is not None:
+            return ev
+    return None
+
+
+def _speech(voice: str, text: str) -> np.ndarray:
+    if voice == "piper":
+        return _trim(piper_speech(text))
+    return _trim(espeak_speech(text, voice=voice, wpm=165))
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("voice", ["piper", pytest.param("en-us+f3", marks=needs_espeak)])
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("kind", ["complete", "paused"])
+def test_fires_after_the_turn_not_in_its_pause(detector, voice, text, kind):
+    audio, meta = make_clip(_speech(voice, text), kind, np.random.default_rng(1))
+    ev = _first_event(detector.stream(), audio)
+    assert ev is not None, "no decision after the utterance"
+    assert ev.time_s >= meta["turn_end"], f"cut off at {ev.time_s:.2f} s, turn ends {meta['turn_end']:.2f} s"
+    assert ev.time_s <= meta["turn_end"] + detector.policy.max_wait_s + 0.2
+    assert 0.0 <= ev.probability <= 1.0
+
+
+@pytest.mark.integration
+def test_reset_isolates_turns(detector):
+    audio = with_silence(_speech("piper", TEXTS[0]), 0.3, 2.0)
+    stream = detector.stream()
+    first = _first_event(stream, audio)
+    assert first is not None
+    assert _first_event(stream, np.zeros(16000, dtype=np.float32)) is None  # once per turn
+    stream.reset()
+    assert _first_event(stream, np.zeros(3 * 16000, dtype=np.float32)) is None  # silence alone never ends a turn
+    stream.reset()
+    again = _first_event(stream, audio, frame=777)  # any frame length
+    assert again is not None
+    assert abs(again.time_s - first.time_s) < 0.06  # stream time restarts at reset
+    assert again.probability == pytest.approx(first.probability, abs=0.05)
+
+
+@pytest.mark.integration
+def test_unfinished_transcript_waits_longer(detector):
+    audio = with_silence(_speech("piper", TEXTS[1]), 0.3, 2.5)
+    plain = detector.stream()
+    cued = detector.stream()
+    cued.push_transcript("remind me to buy flowers for my mother on the way and")
+    a, b = _first_event(plain, audio), _first_event(cued, audio)
+    assert a is not None and b is not None
+    assert b.probability < a.probability
+    assert b.time_s > a.time_s
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("bad", [np.full(320, np.nan, dtype=np.float32), np.zeros(320, dtype=np.int8),
+                                 np.zeros(320, dtype=np.complex64)])
+def test_bad_frames_raise(detector, bad):
+    with pytest.raises(ValueError):
+        detector.stream().push(bad)
+    with pytest.raises(ValueError):
+        detector.stream().push_transcript(3)
+
+
+@pytest.mark.unit
+def test_policy_waits():
+    p = EndpointingPolicy(min_wait_s=0.1, max_wait_s=1.5, high=0.8, low=0.2)
+    assert p.wait_s(0.9) == 0.1 and p.wait_s(0.1) == 1.5
+    assert 0.1 < p.wait_s(0.5) < 1.5
+    with pytest.raises(ValueError):
+        EndpointingPolicy(min_wait_s=2.0, max_wait_s=1.0)
+    with pytest.raises(ValueError):
+        EndpointingPolicy(high=0.2, low=0.5)
+
+
+@pytest.mark.unit
+def test_text_cues():
+    assert text_unfinished("I want to go to the")
+    assert text_unfinished("coffee and")
+    assert not text_unfinished("I want a coffee.")
+    assert not text_unfinished("")
+
+
+@pytest.mark.unit
+def test_fake_detector_timing():
+    fake = FakeEndOfTurnDetector(silence_s=0.2, push_delay_s=0.002)
+    s = fake.stream()
+    tone = (0.1 * np.sin(np.arange(320) * 0.2)).astype(np.float32)
+    silence = np.zeros(320, dtype=np.float32)
+    assert all(s.push(tone) is None for _ in range(10))
+    t0 = time.perf_counter()
+    events = [s.push(silence) for _ in range(15)]
+    assert time.perf_counter() - t0 >= 15 * 0.002
+    fired = [e for e in events if e is not None]
+    assert len(fired) == 1 and fired[0].time_s == pytest.approx(0.2 + 0.2, abs=0.021)
+    with pytest.raises(ValueError):
+        s.push(np.full(10, np.inf, dtype=np.float32))

@@ -1,0 +1,61 @@
+"""Write an end-of-turn benchmark dataset (NAME.wav + NAME.json, see benchmarks/turn.py)
+from the held-out (or training) voices and sentences.
+
+    python -m turn_detection.training.make_dataset --out DIR [--train] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from parley.audio import ENGINE_RATE
+from parley.wav import write_wav
+from turn_detection.training.data import find_cut, speech_intervals, split, synthesize
+
+LEAD_S, TAIL_S = 0.5, 3.5
+
+
+def make_clip(speech: np.ndarray, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    z = lambda s: np.zeros(int(s * ENGINE_RATE), dtype=np.float32)  # noqa: E731
+    pauses = []
+    if kind == "paused":
+        cut = find_cut(speech, rng)
+        gap = float(rng.uniform(0.4, 1.0))
+        pauses.append([LEAD_S + cut / ENGINE_RATE, LEAD_S + cut / ENGINE_RATE + gap])
+        speech = np.concatenate([speech[:cut], z(gap), speech[cut:]])
+    audio = np.concatenate([z(LEAD_S), speech, z(TAIL_S)])
+    iv = [[round(s, 3), round(e, 3)] for s, e in speech_intervals(audio, gap_s=0.3)]
+    return audio, {"speech": iv, "pauses": [[round(s, 3), round(e, 3)] for s, e in pauses],
+                   "turn_end": iv[-1][1]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--train", action="store_true", help="training voices/sentences instead of held-out")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    sents, voices = split(held_out=not args.train)
+    n = 0
+    for vi, voice in enumerate(voices):
+        for si, text in enumerate(sents):
+            speech = synthesize(voice, text)
+            for kind in ("complete", "paused"):
+                audio, meta = make_clip(speech, kind, rng)
+                name = f"{voice.label}-s{si:02d}-{kind}"
+                write_wav(args.out / f"{name}.wav", audio, ENGINE_RATE)
+                meta = {"text": text, "kind": kind, **meta, "voice": voice.label, "index": vi}
+                (args.out / f"{name}.json").write_text(json.dumps(meta))
+                n += 1
+    print(f"wrote {n} clips to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
