@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES = (
     "pipeline.commands.models",
     "pipeline.commands.bench",
+    "pipeline.commands.transcribe",
 )
 
 

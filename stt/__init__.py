@@ -6,15 +6,18 @@ from stt.decoder import WhisperDecoder
 from stt.events import Transcript, TranscriptEvent, Word
 from stt.fake import FakeTranscriber
 from stt.offline import transcribe
+from stt.replay import Replay, replay
 from stt.streaming import StreamingTranscriber
 
 __all__ = [
     "FakeTranscriber",
     "StreamingTranscriber",
+    "Replay",
     "TranscriberConfig",
     "Transcript",
     "TranscriptEvent",
     "WhisperDecoder",
     "Word",
+    "replay",
     "transcribe",
 ]

@@ -24,11 +24,14 @@ class HypothesisBuffer:
                     return new[n:]
         return new
 
-    def insert(self, words: list[Word]) -> list[Word]:
-        """Take one decode's words; commit the prefix it shares with the previous one."""
+    def insert(self, words: list[Word], horizon: float = float("inf")) -> list[Word]:
+        """Take one decode's words; commit the prefix it shares with the previous one, up to
+        words ending by `horizon` (a word at the buffer's edge may be cut mid-way: with a 0 s
+        guard, "to Wednesday" committed as "to one" twice in a row and stayed wrong)."""
         new = self._new_part(words)
         k = 0
-        while k < min(len(new), len(self.tail)) and new[k].norm == self.tail[k].norm:
+        while (k < min(len(new), len(self.tail)) and new[k].norm == self.tail[k].norm
+               and new[k].end <= horizon):
             k += 1
         self.commit(new[:k])
         self.tail = new[k:]

@@ -54,9 +54,9 @@ class WhisperDecoder:
         c = self.config
         audio_s = n_samples / SAMPLE_RATE
         window_s = min(30.0, max(c.min_window_s, audio_s + c.window_margin_s))
-        return int(round(window_s * _FRAMES_PER_S))
+        return round(window_s * _FRAMES_PER_S)
 
-    def decode(self, audio: np.ndarray, prompt: str = "") -> tuple[list[Word], float]:
+    def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None) -> tuple[list[Word], float]:
         """audio: [N] float32 16 kHz, N <= 30 s. Returns (words, seconds spent)."""
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
@@ -68,9 +68,10 @@ class WhisperDecoder:
         content_frames = min(features.shape[-1] - 1, 3000)
         window = self.window_frames(len(audio))
         enc = m.encode(pad_or_trim(features[:, :content_frames], window))  # [1, window/2, D]
-        previous = self.tokenizer.encode(" " + prompt.strip()) if prompt.strip() else []
+        # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
+        previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
         prompt_ids = m.get_prompt(self.tokenizer, previous, without_timestamps=True)
-        res = m.model.generate(enc, [prompt_ids], beam_size=self.config.beam_size, max_length=224,
+        res = m.model.generate(enc, [prompt_ids], beam_size=beam_size or self.config.beam_size, max_length=448,
                                return_scores=True, return_no_speech_prob=True,
                                suppress_blank=True, suppress_tokens=self._suppress)[0]
         tokens = [t for t in res.sequences_ids[0] if t < self.tokenizer.eot]

@@ -23,9 +23,9 @@ def transcribe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, model: str = "
     t0 = time.perf_counter()
     duration = len(x) / SAMPLE_RATE
     if duration <= _MAX_SHORT_S:
-        words, _ = dec.decode(x, prompt)
+        words, _ = dec.decode(x, prompt, dec.config.final_beam_size)
     else:
-        segments, _info = dec.model.transcribe(x, language=dec.config.language, beam_size=dec.config.beam_size,
+        segments, _info = dec.model.transcribe(x, language=dec.config.language, beam_size=dec.config.final_beam_size,
                                                word_timestamps=True, vad_filter=True,
                                                initial_prompt=prompt or None)
         # faster-whisper's segments are lazy: the decode happens while iterating here

@@ -68,11 +68,12 @@ class Utterance:
         paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
         return paused or new >= self.config.interval_s * SAMPLE_RATE
 
-    def _decode_from(self, start: int) -> tuple[list[Word], float]:
+    def _decode_from(self, start: int, final: bool = False) -> tuple[list[Word], float]:
         audio = np.concatenate(self.pieces)[start: self.n] if self.pieces else np.zeros(0, np.float32)
         stable_before = [w for w in self.hyp.committed if w.end <= start / SAMPLE_RATE + 0.05]
         prompt = " ".join(s for s in (self.prompt, join_words(stable_before)) if s)
-        words, dt = self.decoder.decode(audio, prompt)
+        beam = self.config.final_beam_size if final else self.config.beam_size
+        words, dt = self.decoder.decode(audio, prompt, beam)
         self.decoded_upto = self.n
         return [w.shifted(start / SAMPLE_RATE) for w in words], dt
 
@@ -81,14 +82,14 @@ class Utterance:
         if not self.should_decode():
             return None
         paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
-        words, dt = self._decode_from(self.start)
+        words, dt = self._decode_from(self.start, final=paused)
         if paused:
             # a finished stretch of speech: its decode is what flush would return, so it is
             # stable now (whisper_streaming's VAD-segment finish); the next decode starts here
             self.hyp.commit_all(words)
             self.start = self.n
         else:
-            self.hyp.insert(words)
+            self.hyp.insert(words, self.n / SAMPLE_RATE - self.config.commit_guard_s)
             self._trim()
         text = join_words(self.hyp.committed + self.hyp.tail)
         stable = join_words(self.hyp.committed)
@@ -123,7 +124,7 @@ class Utterance:
         dt = 0.0
         if self.n > self.decoded_upto:
             start = self._cut_sample() if self.config.flush_from_stable and self.hyp.committed else self.start
-            words, dt = self._decode_from(start)
+            words, dt = self._decode_from(start, final=True)
             self.hyp.commit_all(words)
         else:
             self.hyp.commit(self.hyp.tail)
