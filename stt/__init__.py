@@ -11,8 +11,8 @@ from stt.streaming import StreamingTranscriber
 
 __all__ = [
     "FakeTranscriber",
-    "StreamingTranscriber",
     "Replay",
+    "StreamingTranscriber",
     "TranscriberConfig",
     "Transcript",
     "TranscriptEvent",

@@ -91,4 +91,14 @@ class WhisperDecoder:
                 word = Word(p.text + text, p.start, p.end, p.probability)
                 words.pop()
             words.append(word)
-        return words, time.perf_counter() - t0
+        return _drop_repeat(words), time.perf_counter() - t0
+
+
+def _drop_repeat(words: list[Word]) -> list[Word]:
+    """Whisper's short-window failure: the last phrase said twice back to back (seen on a 2 s
+    tail after a pause: "... on the way. And also to buy some milk on the way."). Drop it."""
+    norms = [w.norm for w in words]
+    for n in range(len(words) // 2, 2, -1):
+        if norms[-2 * n:-n] == norms[-n:]:
+            return words[:-n]
+    return words
