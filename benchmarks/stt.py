@@ -79,7 +79,8 @@ def run(args) -> dict:
     from stt import StreamingTranscriber, TranscriberConfig, transcribe
 
     data = clips()
-    cfg = TranscriberConfig(model=args.model, cpu_threads=args.threads)
+    cfg = TranscriberConfig(model=args.model, cpu_threads=args.threads, endpoint_silence_s=args.endpoint_silence,
+                            pause_from_stable=args.pause_from_stable)
     rows = []
     with StreamingTranscriber(cfg) as st:
         stream_one(st, data[0][1], 0.3, args.flush_delay, realtime=False)  # warm-up
@@ -96,7 +97,8 @@ def run(args) -> dict:
     refs = [r["text"] for r in rows]
     gaps = [r["interim_gap_s"] for r in rows if r["interim_gap_s"] is not None]
     return {
-        "model": args.model, "threads": args.threads, "realtime": not args.fast, "clips": len(rows),
+        "model": args.model, "endpoint_silence_s": args.endpoint_silence,
+        "pause_from_stable": args.pause_from_stable, "threads": args.threads, "realtime": not args.fast, "clips": len(rows),
         "audio_s": audio_s, "flush_delay_s": args.flush_delay,
         "final_latency_ms_p50": 1000 * pct(lat, 50), "final_latency_ms_p90": 1000 * pct(lat, 90),
         "interim_gap_s_median": statistics.median(gaps) if gaps else None,
@@ -113,18 +115,23 @@ def run(args) -> dict:
 
 
 def table(s: dict) -> str:
-    keys = ["model", "threads", "realtime", "clips", "audio_s", "final_latency_ms_p50", "final_latency_ms_p90",
+    keys = ["model", "endpoint_silence_s", "pause_from_stable", "threads", "realtime", "clips", "audio_s", "final_latency_ms_p50", "final_latency_ms_p90",
             "interim_gap_s_median", "interim_latency_ms_median", "preflight_rate", "stream_rtf",
             "stream_cpu_cores", "offline_rtf", "wer_stream", "wer_offline"]
     return "\n".join(f"{k:28s} {s[k]:.3f}" if isinstance(s[k], float) else f"{k:28s} {s[k]}" for k in keys)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from stt import TranscriberConfig
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="whisper-tiny.en", choices=["whisper-tiny.en", "whisper-base"])
     p.add_argument("--threads", type=int, default=1, help="CTranslate2 cpu_threads")
     p.add_argument("--fast", action="store_true", help="replay without real-time pacing (smoke runs)")
     p.add_argument("--flush-delay", type=float, default=0.25, help="flush this long after speech ends (s)")
+    p.add_argument("--endpoint-silence", type=float, default=TranscriberConfig.endpoint_silence_s,
+                   help="pause (s) after which the utterance so far is decoded and made stable")
+    p.add_argument("--pause-from-stable", action="store_true", help="cut at pauses too (faster, less exact)")
     p.add_argument("--json", help="write the summary and per-clip rows here")
     args = p.parse_args(argv)
     summary = run(args)

@@ -42,7 +42,23 @@ class HypothesisBuffer:
             self.committed.extend(words)
             self.stable_end = max(self.stable_end, words[-1].end)
 
+    def _after_overlap(self, words: list[Word]) -> list[Word] | None:
+        """Words after the run of `words` that repeats the stable tail (matched by text, not
+        by time: alignments of different decodes disagree by up to ~0.1 s), or None."""
+        tail = [w.norm for w in self.committed[-_MAX_NGRAM:]]
+        norms = [w.norm for w in words]
+        for n in range(len(tail), 1, -1):
+            for k in range(min(len(words) - n, 2 * _MAX_NGRAM) + 1):
+                if norms[k:k + n] == tail[-n:]:
+                    return words[k + n:]
+        return None
+
     def commit_all(self, words: list[Word]) -> None:
         """The decode covers a finished stretch of speech: all of it is stable."""
-        self.commit(self._new_part(words))
+        rest = self._after_overlap(words) if self.committed else None
+        if rest is None and self.committed:
+            # the decode did not repeat the context words (they were in its prompt): keep what
+            # ends after the stable end
+            rest = [w for w in words if w.end > self.stable_end + 0.05]
+        self.commit(rest if rest is not None else self._new_part(words))
         self.tail = []

@@ -82,7 +82,8 @@ class Utterance:
         if not self.should_decode():
             return None
         paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
-        words, dt = self._decode_from(self.start, final=paused)
+        cut = paused and self.config.pause_from_stable
+        words, dt = self._decode_from(self._final_start() if cut else self.start, final=paused)
         if paused:
             # a finished stretch of speech: its decode is what flush would return, so it is
             # stable now (whisper_streaming's VAD-segment finish); the next decode starts here
@@ -120,11 +121,17 @@ class Utterance:
             end = min(end, self.hyp.tail[0].start)
         return min(self.n, max(self.start, int(end * SAMPLE_RATE)))
 
+    def _final_start(self) -> int:
+        """Where a final decode starts: `cut_context_s` before the unstable audio (the words
+        re-recognized there are dropped by time and n-gram overlap), or the buffer start."""
+        if not (self.config.flush_from_stable and self.hyp.committed):
+            return self.start
+        return max(self.start, self._cut_sample() - int(self.config.cut_context_s * SAMPLE_RATE))
+
     def finalize(self, requested_wall: float) -> TranscriptEvent:
         dt = 0.0
         if self.n > self.decoded_upto:
-            start = self._cut_sample() if self.config.flush_from_stable and self.hyp.committed else self.start
-            words, dt = self._decode_from(start, final=True)
+            words, dt = self._decode_from(self._final_start(), final=True)
             self.hyp.commit_all(words)
         else:
             self.hyp.commit(self.hyp.tail)
