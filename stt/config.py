@@ -42,8 +42,9 @@ class TranscriberConfig:
     # Acoustic context kept before that cut: with none, short tails decoded alone went wrong
     # ("ten minutes late" -> "10 it's late"; +5 WER points on the test clips).
     cut_context_s: float = 1.0
-    # Also cut at a pause (not only at flush). Faster finals under load (p50 74 vs 147-269 ms,
-    # load ~6-10 on 2 cores) but +2 WER points on the test clips, so off by default.
+    # Also cut at a pause (not only at flush): benchmarks/stt.py, real time, 12 clips, shared
+    # 2 cores: finalization p50/p90 0.05/62 ms vs 91/197 ms, but WER 4.5% vs 3.8% there and
+    # 6.1% vs 4.0% (offline) on the test clips, so off by default.
     pause_from_stable: bool = False
 
     def __post_init__(self) -> None:
