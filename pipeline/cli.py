@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "pipeline.commands.models",
     "pipeline.commands.bench",
     "pipeline.commands.say",
+    "pipeline.commands.transcribe",
 )
 
 

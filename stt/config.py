@@ -1,0 +1,66 @@
+"""Configuration of the streaming transcriber (frozen, validated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODEL_KEYS = ("whisper-tiny.en", "whisper-base")
+
+
+@dataclass(frozen=True)
+class TranscriberConfig:
+    model: str = "whisper-tiny.en"  # a parley.assets key
+    device: str = "auto"  # "auto" (CUDA when present), "cpu" or "cuda"
+    compute_type: str = "auto"  # "auto": int8 on the CPU, float16 on CUDA
+    cpu_threads: int = 1  # 2 shared cores: one thread per stage (see ASSETS thread budgets)
+    # Beam 5 (faster-whisper's default) cost only ~10-20% more than greedy per short-window
+    # decode here, and greedy interims committed "life" for "lights" on espeak speech.
+    beam_size: int = 5  # interim decodes
+    final_beam_size: int = 5  # the decodes whose text is final (at a pause, at flush)
+    commit_guard_s: float = 0.3  # words ending this close to the buffer's end are never stable
+    language: str = "en"
+    # Re-decode the utterance after this much new speech. 0.5 s on tiny.en costs ~65 ms of one
+    # core per decode (10 s window), so ~15% CPU while the user speaks.
+    interval_s: float = 0.5
+    # Minimum encoder window. Padding only to max(10 s, audio + 1 s) instead of Whisper's 30 s
+    # was 6.5x cheaper with no WER loss (42 turns, tiny.en); shorter windows lost accuracy.
+    min_window_s: float = 10.0
+    window_margin_s: float = 1.0
+    max_window_s: float = 28.0  # past this the buffer is cut even if nothing is stable
+    trim_s: float = 15.0  # cut the buffer at the stable prefix once it is this long
+    # VAD gating (Silero, the onnx model bundled with faster-whisper).
+    vad_threshold: float = 0.5
+    vad_neg_threshold: float = 0.35
+    speech_pad_s: float = 0.2  # silence kept on each side of speech
+    # A pause this long ends a speech run: the utterance so far is decoded and committed
+    # (preflight). Below the 250 ms endpointing allotment so the work is done when flush comes.
+    endpoint_silence_s: float = 0.2
+    no_speech_threshold: float = 0.6
+    # At a pause and at flush, decode only the audio after the stable prefix (prompted with it):
+    # fewer tokens to decode where latency counts.
+    flush_from_stable: bool = True
+    # Acoustic context kept before that cut: with none, short tails decoded alone went wrong
+    # ("ten minutes late" -> "10 it's late"; +5 WER points on the test clips).
+    cut_context_s: float = 1.0
+    # Also cut at a pause (not only at flush): benchmarks/stt.py, real time, 12 clips, shared
+    # 2 cores: finalization p50/p90 0.05/62 ms vs 91/197 ms, but WER 4.5% vs 3.8% there and
+    # 6.1% vs 4.0% (offline) on the test clips, so off by default.
+    pause_from_stable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_KEYS:
+            raise ValueError(f"model must be one of {MODEL_KEYS}, got {self.model!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.cpu_threads < 1 or self.beam_size < 1 or self.final_beam_size < 1 or self.commit_guard_s < 0:
+            raise ValueError("cpu_threads, beam sizes must be >= 1 and commit_guard_s >= 0")
+        if not 0.05 <= self.interval_s <= 10:
+            raise ValueError("interval_s must be in [0.05, 10]")
+        if not 1.0 <= self.min_window_s <= self.max_window_s <= 30.0:
+            raise ValueError("need 1 <= min_window_s <= max_window_s <= 30")
+        if not 1.0 <= self.trim_s <= self.max_window_s:
+            raise ValueError("trim_s must be in [1, max_window_s]")
+        if not 0.0 < self.vad_neg_threshold <= self.vad_threshold < 1.0:
+            raise ValueError("need 0 < vad_neg_threshold <= vad_threshold < 1")
+        if self.cut_context_s < 0 or self.speech_pad_s < 0 or self.endpoint_silence_s <= 0 or self.window_margin_s < 0:
+            raise ValueError("speech_pad_s, window_margin_s must be >= 0 and endpoint_silence_s > 0")

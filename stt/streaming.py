@@ -1,0 +1,174 @@
+"""StreamingTranscriber: push audio as it arrives, get interim/preflight events, flush for the
+final. All model work runs in one worker thread the transcriber owns; push() only queues."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future
+
+import numpy as np
+
+from parley.audio import AudioFrame, validate_audio
+from stt.config import TranscriberConfig
+from stt.decoder import SAMPLE_RATE, WhisperDecoder
+from stt.events import TranscriptEvent
+from stt.speech_gate import SpeechGate
+from stt.utterance import Utterance
+
+
+class StreamingTranscriber:
+    """Thread-safe. One utterance (turn) at a time: flush() ends it, reset() drops it."""
+
+    def __init__(self, config: TranscriberConfig | None = None, *, decoder: WhisperDecoder | None = None,
+                 prompt: str = "") -> None:
+        self.config = config or TranscriberConfig()
+        self._decoder = decoder or WhisperDecoder(self.config)
+        self._gate = SpeechGate(self.config.vad_threshold, self.config.vad_neg_threshold,
+                                self.config.speech_pad_s)
+        self._cond = threading.Condition()
+        self._inbox: list[tuple[np.ndarray, float, float]] = []  # (samples, stream t0, wall)
+        self._outbox: list[TranscriptEvent] = []
+        self._flush: tuple[Future, float] | None = None
+        self._reset_to: int | None = None
+        self._prompt = prompt
+        self._turn = 0
+        self._clock = 0.0  # stream time of the next pushed sample
+        self._busy = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._utt = Utterance(self.config, self._decoder, self._gate, prompt, 0)
+        self._thread = threading.Thread(target=self._run, name="stt-worker", daemon=True)
+        self._thread.start()
+
+    # -- caller side ----------------------------------------------------------------------
+    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE) -> list[TranscriptEvent]:
+        """Queue audio (any size; other rates / stereo converted). Returns events ready now."""
+        if isinstance(audio, AudioFrame):
+            samples = validate_audio(audio.samples, audio.sample_rate)
+            t0 = audio.timestamp_s
+        else:
+            samples = validate_audio(audio, sample_rate)
+            t0 = None
+        with self._cond:
+            self._raise_if_failed()
+            t0 = self._clock if t0 is None else t0
+            self._clock = t0 + len(samples) / SAMPLE_RATE
+            self._inbox.append((samples, t0, time.perf_counter()))
+            self._cond.notify_all()
+            return self._take_events()
+
+    def poll(self) -> list[TranscriptEvent]:
+        with self._cond:
+            self._raise_if_failed()
+            return self._take_events()
+
+    def set_prompt(self, previous_turns_text: str) -> None:
+        """Text of the previous turns, given to Whisper as context from the next decode on."""
+        with self._cond:
+            self._prompt = previous_turns_text or ""
+
+    def flush_future(self) -> Future:
+        """End the turn: a Future of the final event (asyncio: asyncio.wrap_future)."""
+        with self._cond:
+            self._raise_if_failed()
+            if self._flush is None:
+                self._flush = (Future(), time.perf_counter())
+                self._cond.notify_all()
+            return self._flush[0]
+
+    def flush(self, timeout: float | None = None) -> TranscriptEvent:
+        """End the turn and return its final transcript (blocks until it is decoded)."""
+        return self.flush_future().result(timeout)
+
+    async def aflush(self) -> TranscriptEvent:
+        return await asyncio.wrap_future(self.flush_future())
+
+    def reset(self) -> None:
+        """Drop the current turn (queued audio, pending events and a pending flush)."""
+        with self._cond:
+            self._inbox.clear()
+            self._outbox.clear()
+            if self._flush is not None:
+                self._flush[0].cancel()
+                self._flush = None
+            self._turn += 1
+            self._reset_to = self._turn
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until all queued audio is processed (for offline replay and tests)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._error is not None or self._closed or (
+                not self._inbox and not self._busy and self._flush is None), timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> StreamingTranscriber:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _take_events(self) -> list[TranscriptEvent]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the transcriber's worker failed: {self._error!r}") from self._error
+
+    # -- worker side ----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while self._work_once():
+                pass
+        except Exception as e:  # surfaced to the caller on its next call
+            with self._cond:
+                self._error = e
+                if self._flush is not None:
+                    self._flush[0].set_exception(e)
+                    self._flush = None
+                self._cond.notify_all()
+
+    def _work_once(self) -> bool:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._closed or self._inbox or self._flush is not None
+                                or self._reset_to is not None or self._utt.should_decode())
+            if self._closed:
+                return False
+            self._busy = True
+            if self._reset_to is not None:
+                self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, self._reset_to)
+                self._reset_to = None
+            chunks, self._inbox = self._inbox, []
+            flush, turn = self._flush, self._utt.turn
+            self._utt.prompt = self._prompt
+        for samples, t0, wall in chunks:
+            self._utt.ingest(samples, t0, wall)
+        if flush is not None:
+            event = self._utt.finalize(flush[1])
+            self._finish_turn(flush, event)
+            return True
+        event = self._utt.step()
+        with self._cond:
+            if event is not None and self._turn == turn:
+                self._outbox.append(event)
+        return True
+
+    def _finish_turn(self, flush: tuple[Future, float], event: TranscriptEvent) -> None:
+        with self._cond:
+            if self._flush is not flush:  # reset() cancelled it meanwhile
+                return
+            self._flush = None
+            self._turn += 1
+            self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, self._turn)
+            flush[0].set_result(event)
+            self._cond.notify_all()

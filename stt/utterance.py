@@ -1,0 +1,146 @@
+"""One turn's worth of streaming decode state: the gated audio buffer, the stable prefix and
+the policy of when to decode. Owned and driven by the transcriber's worker thread only."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from stt.agreement import HypothesisBuffer
+from stt.config import TranscriberConfig
+from stt.decoder import SAMPLE_RATE, WhisperDecoder
+from stt.events import TranscriptEvent, Word, join_words
+from stt.speech_gate import SpeechGate
+
+
+class Utterance:
+    def __init__(self, config: TranscriberConfig, decoder: WhisperDecoder, gate: SpeechGate,
+                 prompt: str = "", turn: int = 0) -> None:
+        self.config, self.decoder, self.gate = config, decoder, gate
+        self.prompt, self.turn = prompt, turn
+        gate.reset()
+        self.pieces: list[np.ndarray] = []
+        self.n = 0  # samples in the buffer
+        self.start = 0  # buffer sample where the next decode starts
+        self.decoded_upto = 0  # buffer length at the last decode
+        self.timemap: list[tuple[int, float]] = []  # (buffer sample, stream time) breakpoints
+        self.hyp = HypothesisBuffer()
+        self.stream_s = 0.0  # stream time of the newest audio seen
+        self.push_wall = 0.0  # wall time the newest audio was pushed
+        self.last_text = ""
+        self.preflight_text = ""
+
+    # -- audio in -----------------------------------------------------------------------
+    def ingest(self, samples: np.ndarray, stream_t0: float, wall: float) -> None:
+        self.stream_s, self.push_wall = stream_t0 + len(samples) / SAMPLE_RATE, wall
+        kept = self.gate.feed(samples)
+        if not kept:
+            return
+        total = sum(len(k) for k in kept)
+        # the kept audio ends (approximately, to the gate's 32 ms chunking) at stream_s
+        t = self.stream_s - total / SAMPLE_RATE - self.gate.pending_samples / SAMPLE_RATE
+        if not self.timemap or abs(self._stream_time(self.n) - t) > 1e-3:
+            self.timemap.append((self.n, t))
+        self.pieces.extend(kept)
+        self.n += total
+
+    def _stream_time(self, idx: int) -> float:
+        base_i, base_t = 0, 0.0
+        for i, t in self.timemap:
+            if i > idx:
+                break
+            base_i, base_t = i, t
+        return base_t + (idx - base_i) / SAMPLE_RATE
+
+    def _to_stream(self, words: list[Word]) -> tuple[Word, ...]:
+        out = []
+        for w in words:
+            s = self._stream_time(int(w.start * SAMPLE_RATE))
+            out.append(Word(w.text, s, s + (w.end - w.start), w.probability))
+        return tuple(out)
+
+    # -- decoding -----------------------------------------------------------------------
+    def should_decode(self) -> bool:
+        new = self.n - self.decoded_upto
+        if new <= 0:
+            return False
+        paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
+        return paused or new >= self.config.interval_s * SAMPLE_RATE
+
+    def _decode_from(self, start: int, final: bool = False) -> tuple[list[Word], float]:
+        audio = np.concatenate(self.pieces)[start: self.n] if self.pieces else np.zeros(0, np.float32)
+        stable_before = [w for w in self.hyp.committed if w.end <= start / SAMPLE_RATE + 0.05]
+        prompt = " ".join(s for s in (self.prompt, join_words(stable_before)) if s)
+        beam = self.config.final_beam_size if final else self.config.beam_size
+        words, dt = self.decoder.decode(audio, prompt, beam)
+        self.decoded_upto = self.n
+        return [w.shifted(start / SAMPLE_RATE) for w in words], dt
+
+    def step(self) -> TranscriptEvent | None:
+        """Decode if due; return an interim or preflight event when the text changed."""
+        if not self.should_decode():
+            return None
+        paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
+        cut = paused and self.config.pause_from_stable
+        words, dt = self._decode_from(self._final_start() if cut else self.start, final=paused)
+        if paused:
+            # a finished stretch of speech: its decode is what flush would return, so it is
+            # stable now (whisper_streaming's VAD-segment finish); the next decode starts here
+            self.hyp.commit_all(words)
+            self.start = self.n
+        else:
+            self.hyp.insert(words, self.n / SAMPLE_RATE - self.config.commit_guard_s)
+            self._trim()
+        text = join_words(self.hyp.committed + self.hyp.tail)
+        stable = join_words(self.hyp.committed)
+        kind = "preflight" if paused and stable and not self.hyp.tail else "interim"
+        if text == self.last_text and (kind == "interim" or stable == self.preflight_text):
+            return None
+        self.last_text = text
+        if kind == "preflight":
+            self.preflight_text = stable
+        return self._event(kind, text, stable, self.hyp.committed + self.hyp.tail, dt,
+                           time.perf_counter() - self.push_wall)
+
+    def _trim(self) -> None:
+        c = self.config
+        if (self.n - self.start) / SAMPLE_RATE > c.max_window_s - 1.0:
+            # nothing stable for ~30 s: force the older half of the hypothesis to be stable
+            cut_s = self.n / SAMPLE_RATE - c.max_window_s / 2
+            self.hyp.commit([w for w in self.hyp.tail if w.end <= cut_s])
+            self.hyp.tail = [w for w in self.hyp.tail if w.end > cut_s]
+            self.start = max(self.start, int(cut_s * SAMPLE_RATE))
+        elif (self.n - self.start) / SAMPLE_RATE > c.trim_s and self.hyp.committed:
+            self.start = max(self.start, self._cut_sample())
+
+    def _cut_sample(self) -> int:
+        """Where the unstable audio begins: between the last stable word and the next one."""
+        end = self.hyp.stable_end
+        if self.hyp.tail:
+            end = min(end, self.hyp.tail[0].start)
+        return min(self.n, max(self.start, int(end * SAMPLE_RATE)))
+
+    def _final_start(self) -> int:
+        """Where a final decode starts: `cut_context_s` before the unstable audio (the words
+        re-recognized there are dropped by time and n-gram overlap), or the buffer start."""
+        if not (self.config.flush_from_stable and self.hyp.committed):
+            return self.start
+        return max(self.start, self._cut_sample() - int(self.config.cut_context_s * SAMPLE_RATE))
+
+    def finalize(self, requested_wall: float) -> TranscriptEvent:
+        dt = 0.0
+        if self.n > self.decoded_upto:
+            words, dt = self._decode_from(self._final_start(), final=True)
+            self.hyp.commit_all(words)
+        else:
+            self.hyp.commit(self.hyp.tail)
+            self.hyp.tail = []
+        words = self.hyp.committed
+        text = join_words(words)
+        return self._event("final", text, text, words, dt, time.perf_counter() - requested_wall)
+
+    def _event(self, kind: str, text: str, stable: str, words: list[Word], dt: float,
+               latency: float) -> TranscriptEvent:
+        return TranscriptEvent(kind=kind, text=text, stable_text=stable, words=self._to_stream(words),
+                               audio_time_s=self.stream_s, latency_s=latency, decode_s=dt, turn=self.turn)
