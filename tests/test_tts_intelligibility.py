@@ -35,7 +35,8 @@ def _whisper():
 
 
 def _transcribe(audio: np.ndarray) -> str:
-    """16 kHz float32 -> text. Stands in for the project's STT (stt.transcribe) at merge."""
+    """16 kHz float32 -> text with plain faster-whisper on the embedded tiny.en: this test measures
+    the voice, not our STT (stt.transcribe gave WER 0.12-0.16 here: number formatting)."""
     segments, _ = _whisper().transcribe(audio, beam_size=1, language="en", condition_on_previous_text=False)
     return " ".join(s.text for s in segments)
 
