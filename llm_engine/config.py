@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -102,7 +102,6 @@ class EngineConfig:
     cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     cpu_sdpa_decode: bool = True  # CPU decode attention via torch SDPA (3x faster than the ref)
     weight_format: str = "fp32"  # CPU: "fp32" | "bf16" | "int8" (see llm_engine.quant)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "triton", "torch"):
