@@ -49,7 +49,8 @@ class DecoderLayer(nn.Module):
         q, k = kernels.rotary(q, k, meta.positions, cos, sin, backend=backend)
         k_cache, v_cache = kv
         kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
-        if meta.is_decode and self.sdpa_decode and not q.is_cuda:
+        # the SDPA shortcut is a CPU reference speed-up: an explicit "triton" backend bypasses it
+        if meta.is_decode and self.sdpa_decode and backend != "triton" and not q.is_cuda:
             o = sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale)
         elif meta.is_decode:
             o = kernels.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
