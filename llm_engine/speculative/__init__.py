@@ -6,6 +6,7 @@ from llm_engine.speculative.adaptive import AdaptiveDraftLength
 from llm_engine.speculative.config import SpeculativeConfig, SpecMetrics
 from llm_engine.speculative.draft_model import DraftModelDrafter
 from llm_engine.speculative.drafter import Draft, Drafter
+from llm_engine.speculative.factory import build_drafter
 from llm_engine.speculative.head_drafter import HeadDrafter, load_head
 from llm_engine.speculative.ngram import NgramDrafter
 from llm_engine.speculative.verifier import SpeculativeDecoder, SpecRequest
@@ -24,5 +25,6 @@ __all__ = [
     "SpeculativeDecoder",
     "accept_greedy",
     "accept_sampled",
+    "build_drafter",
     "load_head",
 ]

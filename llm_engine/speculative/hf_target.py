@@ -41,7 +41,8 @@ class HFTarget:
 
     def truncate(self, seq_id: str, length: int) -> None:
         if self._lens.get(seq_id, 0) > length:
-            self._caches[seq_id].crop(length)
+            # transformers >= 5 crops by a negative count of tokens to remove
+            self._caches[seq_id].crop(length - self._lens[seq_id])
             self._lens[seq_id] = length
 
     def release(self, seq_id: str) -> None:

@@ -191,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         data = generate_data(args.chats, args.max_new, args.seed)
         if cache:
             torch.save(data, cache)
+    # tensors made under inference_mode cannot enter autograd: plain copies for training
+    data = {k: ([t.clone() for t in v] if isinstance(v, list) else v.clone() if torch.is_tensor(v) else v)
+            for k, v in data.items()}
     head, stats = train(data, args.steps, args.seed)
     from safetensors.torch import save_file
 
