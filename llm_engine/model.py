@@ -1,0 +1,138 @@
+"""A Llama-family decoder (Llama 2/3, GQA, Llama-3 rope scaling, tied embeddings, Qwen2 q/k/v bias).
+
+Every per-layer op goes through `kernels` with the backend the engine config gives. The
+forward takes a flattened batch (see AttentionMetadata) and returns the final hidden states
+of every token; `compute_logits` projects only the rows the caller selects.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import kernels
+from llm_engine.attention_metadata import AttentionMetadata
+from llm_engine.config import ModelConfig
+from llm_engine.rope import rope_tables
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.hq, self.hk, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.eps = cfg.rms_norm_eps
+        h = cfg.hidden_size
+        # q, k, v fused into one matmul, gate/up into another: 2 weight reads instead of 5.
+        self.qkv_proj = nn.Linear(h, (self.hq + 2 * self.hk) * self.d, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.hq * self.d, h, bias=False)
+        self.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.input_norm = nn.Parameter(torch.ones(h))
+        self.post_norm = nn.Parameter(torch.ones(h))
+        self.scale = self.d**-0.5
+
+    def forward(self, h, residual, meta: AttentionMetadata, kv, cos, sin, backend: str):
+        # h, residual: [T, H]; kv: (k_cache, v_cache) each [NB, BS, Hk, D]
+        if residual is None:
+            residual = h
+            h = kernels.rms_norm(h, self.input_norm, self.eps, backend=backend)
+        else:
+            h, residual = kernels.rms_norm(h, self.input_norm, self.eps, residual, backend=backend)
+        t = h.shape[0]
+        qkv = self.qkv_proj(h)  # [T, (Hq + 2Hk) * D]
+        q, k, v = qkv.split([self.hq * self.d, self.hk * self.d, self.hk * self.d], dim=-1)
+        q = q.view(t, self.hq, self.d)
+        k = k.view(t, self.hk, self.d)
+        v = v.view(t, self.hk, self.d)
+        q, k = kernels.rotary(q, k, meta.positions, cos, sin, backend=backend)
+        k_cache, v_cache = kv
+        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
+        if meta.is_decode:
+            o = kernels.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
+                                         self.scale, backend=backend)
+        else:
+            o = kernels.prefill_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
+                                          meta.context_lens, self.scale, backend=backend)
+        h = self.o_proj(o.reshape(t, self.hq * self.d))
+        h, residual = kernels.rms_norm(h, self.post_norm, self.eps, residual, backend=backend)
+        h = self.down_proj(kernels.silu_and_mul(self.gate_up_proj(h), backend=backend))
+        return h, residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, max_len: int, backend: str = "auto") -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.backend = backend
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        with torch.device("cpu"):  # real tables even when the module is built on "meta"
+            cos, sin = rope_tables(cfg, max_len, torch.device("cpu"))
+        self.register_buffer("cos", cos, persistent=False)  # [P, D/2]
+        self.register_buffer("sin", sin, persistent=False)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:  # [T, H] final-normed hidden states
+        h = self.embed_tokens(input_ids)
+        residual = None
+        for layer, kv in zip(self.layers, kv_caches):
+            h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend)
+        h, _ = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
+        return h
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, V] fp32
+        return self.lm_head(hidden).float()
+
+    @torch.inference_mode()
+    def load_hf_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Hugging Face Llama names -> this module (fusing q/k/v and gate/up)."""
+        cfg = self.cfg
+
+        def take(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise KeyError(f"weight {name!r} missing from the checkpoint")
+            return weights[name]
+
+        def put(param: torch.Tensor, value: torch.Tensor) -> None:
+            if param.shape != value.shape:
+                raise ValueError(f"weight shape {tuple(value.shape)} != expected {tuple(param.shape)}")
+            param.copy_(value.to(param.dtype))
+
+        put(self.embed_tokens.weight, take("model.embed_tokens.weight"))
+        put(self.norm, take("model.norm.weight"))
+        if not cfg.tie_word_embeddings:
+            put(self.lm_head.weight, take("lm_head.weight"))
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            put(layer.qkv_proj.weight, torch.cat([take(a + f"{n}_proj.weight") for n in "qkv"]))
+            if cfg.attention_bias:
+                put(layer.qkv_proj.bias, torch.cat([take(a + f"{n}_proj.bias") for n in "qkv"]))
+            put(layer.o_proj.weight, take(a + "o_proj.weight"))
+            m = p + "mlp."
+            put(layer.gate_up_proj.weight, torch.cat([take(m + "gate_proj.weight"), take(m + "up_proj.weight")]))
+            put(layer.down_proj.weight, take(m + "down_proj.weight"))
+            put(layer.input_norm, take(p + "input_layernorm.weight"))
+            put(layer.post_norm, take(p + "post_attention_layernorm.weight"))
+
+
+def weight_bytes(model: LlamaModel) -> int:
+    """Bytes of weights one decode step streams (embedding lookup excluded unless tied: then
+    the LM head reads it)."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if id(p) in seen or (name == "embed_tokens.weight" and not model.cfg.tie_word_embeddings):
+            continue
+        seen.add(id(p))
+        total += p.numel() * p.element_size()
+    return total

@@ -1,0 +1,86 @@
+"""Continuous batching: running sequences first (decodes and prefill chunks), then admissions,
+under a per-step token budget; preemption by recompute when the cache is full."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from llm_engine.block_manager import BlockManager
+from llm_engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence]
+    num_tokens: list[int]  # new tokens computed for each sequence this step
+
+    def __bool__(self) -> bool:
+        return bool(self.seqs)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+        self.bm = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, seq: Sequence) -> None:
+        """Drop seq from either queue and free its blocks (finish or abort)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.bm.free_seq(seq)
+
+    def _preempt(self, seq: Sequence) -> None:
+        # Recompute later: its full blocks stay hashed, so re-admission usually hits the cache.
+        self.running.remove(seq)
+        self.bm.commit_full_blocks(seq)
+        self.bm.free_seq(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def schedule(self) -> ScheduledBatch:
+        budget = self.budget
+        batch = ScheduledBatch([], [])
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq not in self.running:
+                continue
+            n = min(seq.num_uncomputed, budget)
+            while not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            else:
+                batch.seqs.append(seq)
+                batch.num_tokens.append(n)
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            self.bm.match_prefix(seq)
+            n = min(seq.num_uncomputed, budget)
+            if not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                self.bm.free_seq(seq)  # give back the prefix blocks it took; retry next step
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_tokens.append(n)
+            budget -= n
+        return batch
