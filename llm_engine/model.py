@@ -81,13 +81,16 @@ class LlamaModel(nn.Module):
         input_ids: torch.Tensor,  # [T] int64
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-    ) -> torch.Tensor:  # [T, H] final-normed hidden states
+        return_prenorm: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # [T, H] final-normed hidden states
+        """return_prenorm: also return the last layer's output before the final norm, [T, H]
+        (the feature the speculative EAGLE head drafts from)."""
         h = self.embed_tokens(input_ids)
         residual = None
         for layer, kv in zip(self.layers, kv_caches):
             h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend)
-        h, _ = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
-        return h
+        h, prenorm = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
+        return (h, prenorm) if return_prenorm else h
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, V] fp32

@@ -3,13 +3,13 @@ acceptance rule, adaptive draft length, and the verifier loop over a `Target`.""
 
 from llm_engine.speculative.acceptance import Acceptance, accept_greedy, accept_sampled
 from llm_engine.speculative.adaptive import AdaptiveDraftLength
-from llm_engine.speculative.config import SpeculativeConfig, SpecMetrics
+from llm_engine.speculative.config import SpecMetrics, SpeculativeConfig
 from llm_engine.speculative.draft_model import DraftModelDrafter
 from llm_engine.speculative.drafter import Draft, Drafter
 from llm_engine.speculative.factory import build_drafter
 from llm_engine.speculative.head_drafter import HeadDrafter, load_head
 from llm_engine.speculative.ngram import NgramDrafter
-from llm_engine.speculative.verifier import SpeculativeDecoder, SpecRequest
+from llm_engine.speculative.verifier import SpecRequest, SpeculativeDecoder
 
 __all__ = [
     "Acceptance",

@@ -53,19 +53,22 @@ class HeadDrafter(Drafter):
     @torch.inference_mode()
     def propose(self, seq_id: str, context_token_ids: list[int], k: int) -> Draft:
         st = self._seqs.get(seq_id)
-        if k <= 0 or st is None or not st.feats and len(st.cache) == 0:
+        if k <= 0 or st is None or (not st.feats and len(st.cache) == 0):
             return Draft([])
         ctx = context_token_ids
-        rows = len(st.cache)
         if st.feats:
-            f = torch.cat(st.feats)  # [m, D] features of positions rows .. rows+m-1
+            f = torch.cat(st.feats)  # [m, D] features of positions start .. len(ctx)-2
             st.feats = []
             m = f.shape[0]
-            nxt = torch.tensor(ctx[rows + 1 : rows + 1 + m])
-            out = self.head(f, self.embed[nxt], torch.arange(rows, rows + m), st.cache)
+            # start > rows only after a prefix-cache hit (no features for the cached prompt
+            # part): the head then attends over the computed suffix only
+            start = len(ctx) - 1 - m
+            nxt = torch.tensor(ctx[start + 1 : start + 1 + m])
+            out = self.head(f, self.embed[nxt], torch.arange(start, start + m), st.cache)
             st.cache.feature = out[-1]
         real = len(st.cache)
         f_hat = st.cache.feature
+        pos0 = len(ctx) - 1
         ids, probs = [], []
         for i in range(k):
             logits = self._logits(f_hat)
@@ -77,7 +80,7 @@ class HeadDrafter(Drafter):
                 tok = int(logits.argmax())
             ids.append(tok)
             if i + 1 < k:
-                pos = torch.tensor([real + i])
+                pos = torch.tensor([pos0 + i])
                 f_hat = self.head(f_hat[None], self.embed[tok][None], pos, st.cache)[0]
         st.cache.truncate(real)  # rows from predicted features are never kept
         return Draft(ids, torch.stack(probs) if probs else None)
