@@ -6,8 +6,9 @@ Per method: decode tokens/s (generated tokens / wall time after the prompt is pr
 not separable here, so the whole request wall time is used, prefill included, for every
 method alike), time to the first 12 tokens (about the first spoken clause), acceptance rate,
 mean accepted length (tokens per target pass), and whether greedy outputs equal plain
-decoding. Prompts: benchmarks/data/voice_prompts.json (fixed, committed). The target is the
-embedded SmolLM2-135M-Instruct through the `Target` protocol (transformers' GGUF loader, fp32).
+decoding. Prompts: benchmarks/data/voice_prompts.json (fixed, committed). The target is our
+engine (LLMEngine, embedded SmolLM2-135M-Instruct, fp32, paged KV) through EngineTarget;
+prefix caching is off so every method prefills the same prompt tokens.
 """
 
 from __future__ import annotations
@@ -20,19 +21,18 @@ from pathlib import Path
 
 import torch
 
-from llm_engine.speculative import HeadDrafter, NgramDrafter, SpeculativeDecoder, SpecRequest, load_head
-from llm_engine.speculative.hf_target import HFTarget
+from llm_engine.speculative import HeadDrafter, NgramDrafter, SpecRequest, SpeculativeDecoder, load_head
+from llm_engine.speculative.engine_target import EngineTarget
 
 DATA = Path(__file__).parent / "data" / "voice_prompts.json"
 
 
-def load_prompts(tok) -> list[tuple[str, bool, list[int]]]:
+def load_prompts(engine) -> list[tuple[str, bool, list[int]]]:
     spec = json.loads(DATA.read_text())
     out = []
     for chat in spec["chats"]:
         msgs = [{"role": "system", "content": spec["system"]}, *chat["messages"]]
-        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        out.append((chat["id"], chat["repeats_context"], tok(text)["input_ids"]))
+        out.append((chat["id"], chat["repeats_context"], engine.encode_chat(msgs)))
     return out
 
 
@@ -42,7 +42,7 @@ def run_method(target, drafter, prompts, max_tokens, k, eos):
                              draft_cost=0.0 if drafter is None or drafter.name == "ngram" else 0.05)
     for pid, rep, ids in prompts:
         before = (dec.metrics.drafted, dec.metrics.accepted, dec.metrics.passes, dec.metrics.emitted)
-        r = SpecRequest(pid, ids, max_tokens=max_tokens, stop_ids=(eos,))
+        r = SpecRequest(pid, ids, max_tokens=max_tokens, stop_ids=eos)
         t0 = time.perf_counter()
         dec.generate([r], mark=(12,))
         wall = time.perf_counter() - t0
@@ -78,18 +78,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from llm_engine.speculative.train_head import load_target
+    from llm_engine import LLMEngine
 
-    tok, model = load_target()
-    target = HFTarget(model)
-    prompts = load_prompts(tok)
+    engine = LLMEngine.from_pretrained(enable_prefix_caching=False)
+    target = EngineTarget(engine)
+    prompts = load_prompts(engine)
+    eos = tuple(sorted(engine.eos_token_ids))
     w, eps = target.norm()
     methods = {"plain": None, "ngram": NgramDrafter(),
                "head": HeadDrafter(load_head(), target.embed_weight(), target.lm_head_weight(), w, eps)}
-    run_method(target, None, prompts[:1], 8, args.k, tok.eos_token_id)  # warm-up
+    run_method(target, None, prompts[:1], 8, args.k, eos)  # warm-up
     results, plain = {}, None
     for name, drafter in methods.items():
-        rows = run_method(target, drafter, prompts, args.max_tokens, args.k, tok.eos_token_id)
+        rows = run_method(target, drafter, prompts, args.max_tokens, args.k, eos)
         plain = rows if name == "plain" else plain
         results[name] = summarize(rows, None if name == "plain" else plain)
     base = results["plain"]["all"]["tok_s"]
