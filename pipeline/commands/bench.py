@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCH_MODULES: tuple[str, ...] = ()
+BENCH_MODULES: tuple[str, ...] = ("pipeline.commands.bench_llm",)
 
 
 def register(sub) -> None:

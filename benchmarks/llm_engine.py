@@ -1,0 +1,156 @@
+"""LLM engine benchmark: our engine vs transformers `generate` on the embedded SmolLM2 GGUF,
+side by side in one process, at 1 and 2 threads.
+
+Reports decode tok/s at batch 1 and 8, TTFT for a 512-token prompt cold and with a
+prefix-cache hit + 16 new tokens, peak RSS, RSS drift over many requests, and the
+weight-streaming floor (decode weight bytes / memory bandwidth measured here). llama.cpp
+(llama_cpp) is measured only when importable.
+
+    python -m benchmarks.llm_engine --threads 1 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import time
+
+import torch
+
+from llm_engine import LLMEngine, SamplingParams
+from llm_engine.model import weight_bytes
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bandwidth_gbs(repeats: int = 5) -> float:
+    """Read bandwidth: sum over a 256 MiB fp32 buffer (well past the caches)."""
+    x = torch.ones(64 * 1024 * 1024)
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t)
+    return x.nbytes / statistics.median(times) / 1e9
+
+
+def ours_decode(engine: LLMEngine, prompt: list[int], batch: int, n: int) -> float:
+    """Aggregate decode tok/s: tokens after the first, over the time after the first token."""
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    outs = engine.generate([prompt] * batch, params)
+    # every request in the batch starts together; decode time = total - ttft
+    dec = statistics.median(o.metrics["total_s"] - o.metrics["ttft_s"] for o in outs)
+    return batch * (n - 1) / dec
+
+
+def ours_ttft(engine: LLMEngine, prompt: list[int]) -> float:
+    out = engine.generate([prompt], SamplingParams(max_tokens=1, temperature=0.0))[0]
+    return out.metrics["ttft_s"]
+
+
+def hf_decode(model, prompt: list[int], batch: int, n: int) -> float:
+    ids = torch.tensor([prompt] * batch)
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, **kw)
+        t1 = time.perf_counter() - t
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=n, **kw)
+        tn = time.perf_counter() - t
+    return batch * (n - 1) / (tn - t1)
+
+
+def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
+    engine = LLMEngine.from_pretrained(max_cache_tokens=8192, max_num_seqs=16)
+    tok = engine.tokenizer
+    wbytes = weight_bytes(engine.model)
+    chat = engine.encode_chat([{"role": "user", "content": "Tell me a long story about a dragon."}])
+    long_text = " ".join(f"Sentence {i} is about the weather in city number {i}." for i in range(60))
+    long_prompt = tok.encode(long_text)[:512]
+    hf = None
+    if with_hf:
+        from transformers import AutoModelForCausalLM
+
+        from parley.assets import model_path
+
+        p = model_path("smollm2-135m-instruct")
+        hf = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32).eval()
+    res: dict = {"weight_bytes": wbytes, "n_tokens": n, "llama_cpp": None, "by_threads": {}}
+    if importlib.util.find_spec("llama_cpp") is None:
+        res["llama_cpp"] = "not installed: skipped"
+    for th in threads:
+        torch.set_num_threads(th)
+        bw = bandwidth_gbs()
+        r = {"bandwidth_gbs": bw, "floor_tok_s": bw * 1e9 / wbytes}
+        r["ours_b1_tok_s"] = statistics.median(ours_decode(engine, chat, 1, n) for _ in range(3))
+        r["ours_b8_tok_s"] = ours_decode(engine, chat, 8, n)
+        cold = tok.encode(f"Run {th}.") + long_prompt  # a prefix never seen before: nothing cached
+        cold = cold[:512]
+        r["ttft_cold_512_s"] = ours_ttft(engine, cold)
+        r["ttft_hit_512p16_s"] = ours_ttft(engine, cold + tok.encode(" And then it rained, all day long,"
+                                                                      " over the quiet old town.")[:16])
+        if hf is not None:
+            r["hf_b1_tok_s"] = statistics.median(hf_decode(hf, chat, 1, n) for _ in range(2))
+            r["hf_b8_tok_s"] = hf_decode(hf, chat, 8, n)
+            r["ours_vs_hf_b1"] = r["ours_b1_tok_s"] / r["hf_b1_tok_s"]
+        r["ours_vs_floor_b1"] = r["ours_b1_tok_s"] / r["floor_tok_s"]
+        r["prefix_hit_over_cold"] = r["ttft_hit_512p16_s"] / r["ttft_cold_512_s"]
+        res["by_threads"][str(th)] = r
+    torch.set_num_threads(threads[0])
+    before = rss_mb()
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    for i in range(flat_requests):
+        engine.generate([[*chat, 1000 + i % 500]], params)
+    res["rss_before_mb"], res["rss_after_mb"] = before, rss_mb()
+    res["flat_requests"] = flat_requests
+    res["peak_rss_mb"] = peak_rss_mb()
+    res["kv_cache_mb"] = engine.kv.nbytes / 2**20
+    return res
+
+
+def table(res: dict) -> str:
+    keys = ["bandwidth_gbs", "floor_tok_s", "ours_b1_tok_s", "hf_b1_tok_s", "ours_vs_hf_b1", "ours_vs_floor_b1",
+            "ours_b8_tok_s", "hf_b8_tok_s", "ttft_cold_512_s", "ttft_hit_512p16_s", "prefix_hit_over_cold"]
+    ths = list(res["by_threads"])
+    lines = ["| metric | " + " | ".join(f"{t} thread(s)" for t in ths) + " |", "|---|" + "---|" * len(ths)]
+    for k in keys:
+        vals = [res["by_threads"][t].get(k) for t in ths]
+        lines.append(f"| {k} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in vals) + " |")
+    lines.append(f"\npeak RSS {res['peak_rss_mb']:.0f} MB; RSS over {res['flat_requests']} requests: "
+                 f"{res['rss_before_mb']:.0f} -> {res['rss_after_mb']:.0f} MB; KV cache {res['kv_cache_mb']:.0f} MB;"
+                 f" weights streamed per token {res['weight_bytes'] / 1e6:.0f} MB; llama.cpp: {res['llama_cpp']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--flat-requests", type=int, default=1000)
+    ap.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    res = run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
+    print(table(res))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
