@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCH_MODULES: tuple[str, ...] = ("pipeline.commands.bench_llm",)
+BENCH_MODULES: tuple[str, ...] = ("pipeline.commands.bench_llm", "pipeline.commands.bench_speculative")
 
 
 def register(sub) -> None:
