@@ -31,7 +31,8 @@ class EngineTarget:
     def norm(self) -> tuple[torch.Tensor, float]:
         return self.engine.model.norm, self.engine.model.cfg.rms_norm_eps
 
-    def extend(self, seq_id: str, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grow(self, seq_id: str, token_ids: list[int]) -> tuple[Sequence, int]:
+        """Append token_ids to the sequence (created with a prefix-cache lookup); -> (seq, n_new)."""
         bm = self.engine.bm
         seq = self._seqs.get(seq_id)
         if seq is None:
@@ -42,17 +43,29 @@ class EngineTarget:
                 seq.token_ids = list(token_ids)
         else:
             seq.token_ids.extend(token_ids)
-        n_new = len(seq.token_ids) - seq.num_computed_tokens
         if not bm.allocate(seq, len(seq.token_ids)):
             raise RuntimeError("KV cache full during speculative verification")
-        runner = self.engine.runner
-        ids, meta, _, _ = runner.prepare(ScheduledBatch([seq], [n_new]))
+        return seq, len(seq.token_ids) - seq.num_computed_tokens
+
+    def extend(self, seq_id: str, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.extend_batch({seq_id: token_ids})[0]
+
+    def extend_batch(self, feeds: dict[str, list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward over every sequence's new tokens (cu_seqlens_q per sequence)."""
+        grown = [self._grow(sid, toks) for sid, toks in feeds.items()]
+        seqs, n_new = [g[0] for g in grown], [g[1] for g in grown]
+        ids, meta, _, _ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
         normed, prenorm = self.engine.model(ids, meta, self.engine.kv.layers, return_prenorm=True)
-        seq.num_computed_tokens += n_new
-        bm.commit_full_blocks(seq)
-        n = len(token_ids)  # a prefix hit computed fewer rows than asked: pad from the front
-        logits = self.engine.model.compute_logits(normed[-n:] if normed.shape[0] >= n else normed)
-        return prenorm[-n:], logits  # [n, H], [n, V]
+        outs, row = [], 0
+        for seq, n, toks in zip(seqs, n_new, feeds.values()):
+            seq.num_computed_tokens += n
+            self.engine.bm.commit_full_blocks(seq)
+            # after a prefix hit fewer rows than tokens were computed: the last rows are returned
+            m = min(n, len(toks))
+            sl = slice(row + n - m, row + n)
+            outs.append((prenorm[sl], self.engine.model.compute_logits(normed[sl])))  # [m, H], [m, V]
+            row += n
+        return outs
 
     def truncate(self, seq_id: str, length: int) -> None:
         seq = self._seqs[seq_id]

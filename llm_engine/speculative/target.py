@@ -24,3 +24,11 @@ class Target(Protocol):
     def release(self, seq_id: str) -> None: ...
 
     def length(self, seq_id: str) -> int: ...
+
+
+def extend_many(target: Target, feeds: dict[str, list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One batched forward when the target supports it (the engine does), else one per sequence."""
+    batched = getattr(target, "extend_batch", None)
+    if batched is not None:
+        return batched(feeds)
+    return [target.extend(sid, toks) for sid, toks in feeds.items()]

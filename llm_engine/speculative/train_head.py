@@ -1,6 +1,6 @@
 """Reproduce the shipped EAGLE head for SmolLM2-135M-Instruct on the CPU, from the target's own text.
 
-    python -m llm_engine.speculative.train_head [--out DIR] [--chats 192] [--steps 400]
+    python -m llm_engine.speculative.train_head [--out DIR] [--chats 320] [--steps 500]
 
 1. data: the target (transformers' GGUF loader, fp32) answers a seeded set of voice-assistant
    chats (half greedy, half sampled at T=0.7); one more forward pass records, for every
@@ -88,7 +88,8 @@ def load_target():
 
 
 @torch.inference_mode()
-def generate_data(n_chats: int, max_new: int, seed: int, batch: int = 16) -> dict:
+def generate_data(n_chats: int, max_new: int, seed: int, batch: int = 16, skip: int = 0) -> dict:
+    """skip: chats already generated (a multiple of batch): resume a partial data cache."""
     tok, model = load_target()
     tok.padding_side = "left"
     feats, toks, labels = [], [], []
@@ -96,7 +97,7 @@ def generate_data(n_chats: int, max_new: int, seed: int, batch: int = 16) -> dic
     hook = model.model.norm.register_forward_hook(lambda m, i, o: captured.__setitem__("f", i[0]))
     chats = training_chats(n_chats, seed)
     t0 = time.time()
-    for i in range(0, len(chats), batch):
+    for i in range(skip, len(chats), batch):
         torch.manual_seed(seed + i)
         texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
                  for c in chats[i : i + batch]]
@@ -177,23 +178,27 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "weights"))
     ap.add_argument("--data-cache", default="", help="save/load the generated data here (.pt)")
-    ap.add_argument("--chats", type=int, default=192)
-    ap.add_argument("--max-new", type=int, default=96)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--chats", type=int, default=320)
+    ap.add_argument("--max-new", type=int, default=80)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cache = Path(args.data_cache) if args.data_cache else None
-    if cache and cache.exists():
-        data = torch.load(cache, weights_only=True)
-    else:
-        data = generate_data(args.chats, args.max_new, args.seed)
+    data = torch.load(cache, weights_only=True) if cache and cache.exists() else None
+    have = data["n_chats"] if data else 0
+    if have < args.chats:  # generate the missing chats (seeded per batch: same as one long run)
+        more = generate_data(args.chats, args.max_new, args.seed, skip=have)
+        if data:
+            for key in ("tokens", "features", "labels"):
+                more[key] = data[key] + more[key]
+        data = {**more, "n_chats": args.chats}
         if cache:
             torch.save(data, cache)
     # tensors made under inference_mode cannot enter autograd: plain copies for training
     data = {k: ([t.clone() for t in v] if isinstance(v, list) else v.clone() if torch.is_tensor(v) else v)
-            for k, v in data.items()}
+            for k, v in data.items() if k != "n_chats"}
     head, stats = train(data, args.steps, args.seed)
     from safetensors.torch import save_file
 

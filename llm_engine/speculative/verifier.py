@@ -16,7 +16,7 @@ from llm_engine.speculative.acceptance import accept_greedy, accept_sampled
 from llm_engine.speculative.adaptive import AdaptiveDraftLength
 from llm_engine.speculative.config import SpecMetrics
 from llm_engine.speculative.drafter import Drafter
-from llm_engine.speculative.target import Target
+from llm_engine.speculative.target import Target, extend_many
 
 
 @dataclass
@@ -50,32 +50,35 @@ class SpeculativeDecoder:
                 self.drafter.accepted(r.seq_id, r.prompt + r.output, features=feats)
             self.metrics.per_request[r.seq_id] = SpecMetrics()
         while not all(r.done for r in requests):
-            for r in requests:
-                if not r.done:
-                    self._step(r, ctl[r.seq_id], gens[r.seq_id], mark, t0)
+            live = [r for r in requests if not r.done]
+            drafts = [self._draft(r, ctl[r.seq_id]) for r in live]
+            feeds = {r.seq_id: [(r.prompt + r.output)[-1], *d[0]] for r, d in zip(live, drafts)}
+            t = time.perf_counter()
+            outs = extend_many(self.target, feeds)  # ONE forward: every sequence's k+1 queries
+            self.metrics.verify_s += time.perf_counter() - t
+            for r, (ids, probs), (feats, logits) in zip(live, drafts, outs):
+                self._accept(r, ids, probs, feats, logits, ctl[r.seq_id], gens[r.seq_id], mark, t0)
         for r in requests:
             self.target.release(r.seq_id)
             if self.drafter is not None:
                 self.drafter.release(r.seq_id)
         return requests
 
-    def _step(self, r: SpecRequest, ctl: AdaptiveDraftLength, gen, mark, t0) -> None:
-        ctx = r.prompt + r.output
-        k = 0
-        draft_ids: list[int] = []
-        probs = None
-        if self.drafter is not None:
-            k = min(ctl.next_k() if self.adaptive else self.k_max, r.max_tokens - len(r.output) - 1)
-            if k > 0:
-                t = time.perf_counter()
-                d = self.drafter.propose(r.seq_id, ctx, k)
-                self.metrics.draft_s += time.perf_counter() - t
-                draft_ids, probs = d.token_ids[:k], d.probs
-        k = len(draft_ids)
-        n0 = len(ctx) - 1  # the last context token is not yet in the target's cache
+    def _draft(self, r: SpecRequest, ctl: AdaptiveDraftLength) -> tuple[list[int], torch.Tensor | None]:
+        if self.drafter is None:
+            return [], None
+        k = min(ctl.next_k() if self.adaptive else self.k_max, r.max_tokens - len(r.output) - 1)
+        if k <= 0:
+            return [], None
         t = time.perf_counter()
-        feats, logits = self.target.extend(r.seq_id, [ctx[-1], *draft_ids])  # [k+1, D], [k+1, V]
-        self.metrics.verify_s += time.perf_counter() - t
+        d = self.drafter.propose(r.seq_id, r.prompt + r.output, k)
+        self.metrics.draft_s += time.perf_counter() - t
+        return d.token_ids[:k], d.probs
+
+    def _accept(self, r, draft_ids, probs, feats, logits, ctl, gen, mark, t0) -> None:
+        # feats [k+1, D], logits [k+1, V]: row i scores the token after feed i
+        k = len(draft_ids)
+        n0 = len(r.prompt) + len(r.output) - 1  # cache length before this step's feed
         draft = torch.tensor(draft_ids, dtype=torch.long)
         if r.temperature == 0.0:
             acc = accept_greedy(draft, logits)
