@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows = run_method(target, drafter, prompts, args.max_tokens, args.k, eos)
         plain = rows if name == "plain" else plain
         results[name] = summarize(rows, None if name == "plain" else plain)
+        results[name]["rows"] = [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
     base = results["plain"]["all"]["tok_s"]
     print(f"{'method':8} {'subset':7} {'tok/s':>7} {'speedup':>7} {'t12 ms':>7} {'accept':>7} {'tau':>5} same")
     for name, res in results.items():
