@@ -111,6 +111,7 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
         r["ours_vs_floor_b1"] = r["ours_b1_tok_s"] / r["floor_tok_s"]
         r["prefix_hit_over_cold"] = r["ttft_hit_512p16_s"] / r["ttft_cold_512_s"]
         res["by_threads"][str(th)] = r
+        print(f"threads={th}: " + json.dumps(r), flush=True)
     torch.set_num_threads(threads[0])
     before = rss_mb()
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)

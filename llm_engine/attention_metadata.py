@@ -23,6 +23,7 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # [B] int32, total tokens in cache after this step
     is_decode: bool  # every sequence has exactly one new token
     max_context_len: int
+    seq_lens: tuple[int, ...] = ()  # host copy of context_lens, for CPU paths
 
     @property
     def num_tokens(self) -> int:

@@ -13,6 +13,7 @@ from torch import nn
 import kernels
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
+from llm_engine.cpu_attention import sdpa_decode_attention
 from llm_engine.rope import rope_tables
 
 
@@ -30,6 +31,7 @@ class DecoderLayer(nn.Module):
         self.input_norm = nn.Parameter(torch.ones(h))
         self.post_norm = nn.Parameter(torch.ones(h))
         self.scale = self.d**-0.5
+        self.sdpa_decode = True  # CPU decode via torch SDPA (see cpu_attention); False: kernels' ref
 
     def forward(self, h, residual, meta: AttentionMetadata, kv, cos, sin, backend: str):
         # h, residual: [T, H]; kv: (k_cache, v_cache) each [NB, BS, Hk, D]
@@ -47,7 +49,9 @@ class DecoderLayer(nn.Module):
         q, k = kernels.rotary(q, k, meta.positions, cos, sin, backend=backend)
         k_cache, v_cache = kv
         kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
-        if meta.is_decode:
+        if meta.is_decode and self.sdpa_decode and not q.is_cuda:
+            o = sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale)
+        elif meta.is_decode:
             o = kernels.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
                                          self.scale, backend=backend)
         else:
@@ -60,12 +64,14 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, max_len: int, backend: str = "auto") -> None:
+    def __init__(self, cfg: ModelConfig, max_len: int, backend: str = "auto", sdpa_decode: bool = True) -> None:
         super().__init__()
         self.cfg = cfg
         self.backend = backend
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        for layer in self.layers:
+            layer.sdpa_decode = sdpa_decode
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:

@@ -31,7 +31,7 @@ class ModelRunner:
         self.device = device
         self.graphs = graphs  # CudaGraphRunner or None
 
-    def prepare(self, batch: ScheduledBatch, extra_logit_rows: dict[int, list[int]] | None = None):
+    def prepare(self, batch: ScheduledBatch):
         bs = self.bm.block_size
         ids, pos, slots, cu, ctx, logit_idx, sample_rows = [], [], [], [0], [], [], []
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens)):
@@ -56,6 +56,7 @@ class ModelRunner:
             context_lens=torch.tensor(ctx, dtype=torch.int32, device=dev),
             is_decode=cu[-1] == len(batch.seqs),
             max_context_len=max(ctx),
+            seq_lens=tuple(ctx),
         )
         return torch.tensor(ids, dtype=torch.long, device=dev), meta, logit_idx, sample_rows
 

@@ -12,6 +12,7 @@ GREEDY = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
 
 CONFIGS = {
     "gqa2-untied": {},
+    "gqa2-kernels-decode": dict(engine=dict(cpu_sdpa_decode=False)),
     "mha-tied": dict(num_key_value_heads=4, tie_word_embeddings=True),
     "odd-heads-gqa3": dict(hidden_size=72, num_attention_heads=9, num_key_value_heads=3),
     "mqa": dict(num_attention_heads=6, hidden_size=96, num_key_value_heads=1),
@@ -24,8 +25,10 @@ CONFIGS = {
 @pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_greedy_matches_transformers(tmp_path, name):
-    ref = make_tiny_llama(tmp_path, seed=len(name), **CONFIGS[name])
-    engine = LLMEngine.from_pretrained(tmp_path, num_blocks=64, block_size=16)
+    overrides = dict(CONFIGS[name])
+    engine_kw = overrides.pop("engine", {})
+    ref = make_tiny_llama(tmp_path, seed=len(name), **overrides)
+    engine = LLMEngine.from_pretrained(tmp_path, num_blocks=64, block_size=16, **engine_kw)
     prompts = [[1, 17, 33, 250, 4, 90, 61], list(range(3, 40))]
     outs = engine.generate(prompts, GREEDY)
     for prompt, out in zip(prompts, outs):

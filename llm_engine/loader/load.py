@@ -42,7 +42,7 @@ def load_model(path: str | Path, cfg: EngineConfig) -> tuple[LlamaModel, Tokeniz
 def build_model(mcfg: ModelConfig, weights: dict[str, torch.Tensor], cfg: EngineConfig) -> LlamaModel:
     max_len = cfg.max_model_len or mcfg.max_position_embeddings
     with torch.device("meta"):
-        model = LlamaModel(mcfg, max_len, backend=cfg.backend)
+        model = LlamaModel(mcfg, max_len, backend=cfg.backend, sdpa_decode=cfg.cpu_sdpa_decode)
     model = model.to_empty(device="cpu")
     if mcfg.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
