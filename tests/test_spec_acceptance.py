@@ -11,8 +11,8 @@ from scipy.stats import chisquare
 from llm_engine.speculative import (
     AdaptiveDraftLength,
     DraftModelDrafter,
-    SpeculativeDecoder,
     SpecRequest,
+    SpeculativeDecoder,
     accept_greedy,
     accept_sampled,
 )

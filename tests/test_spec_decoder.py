@@ -9,8 +9,8 @@ from llm_engine.speculative import (
     DraftModelDrafter,
     HeadDrafter,
     NgramDrafter,
-    SpeculativeDecoder,
     SpecRequest,
+    SpeculativeDecoder,
 )
 from llm_engine.speculative.head import EagleHead, HeadConfig
 from llm_engine.speculative.hf_target import HFTarget
