@@ -1,6 +1,6 @@
 """Reproduce the shipped EAGLE head for SmolLM2-135M-Instruct on the CPU, from the target's own text.
 
-    python -m llm_engine.speculative.train_head [--out DIR] [--chats 320] [--steps 300]
+    python -m llm_engine.speculative.train_head [--out DIR] [--chats 320] [--steps 500]
 
 1. data: the target (transformers' GGUF loader, fp32) answers a seeded set of voice-assistant
    chats (half greedy, half sampled at T=0.7); one more forward pass records, for every
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-cache", default="", help="save/load the generated data here (.pt)")
     ap.add_argument("--chats", type=int, default=320)
     ap.add_argument("--max-new", type=int, default=80)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
