@@ -15,6 +15,7 @@ from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
 from llm_engine.cpu_attention import sdpa_decode_attention
 from llm_engine.rope import rope_tables
+from llm_engine.speculative.verify_attention import MAX_VERIFY_QUERIES, sdpa_verify_attention
 
 
 class DecoderLayer(nn.Module):
@@ -51,6 +52,10 @@ class DecoderLayer(nn.Module):
         kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
         if meta.is_decode and self.sdpa_decode and not q.is_cuda:
             o = sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale)
+        elif (self.sdpa_decode and not q.is_cuda and meta.seq_lens
+              and t <= MAX_VERIFY_QUERIES * len(meta.seq_lens)):  # speculative verify (few queries)
+            o = sdpa_verify_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q.tolist(),
+                                      meta.seq_lens, self.scale)
         elif meta.is_decode:
             o = kernels.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
                                          self.scale, backend=backend)
