@@ -51,6 +51,8 @@ class LLMEngine:
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(mcfg.eos_token_ids) | frozenset(tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
+        self.speculative = None  # SpeculativeConfig: set by from_pretrained(speculative=...)
+        self.spec_metrics = None  # aggregate SpecMetrics of the last speculative generate()
         self._lock = threading.RLock()
         self._work = threading.Condition(self._lock)
         self._pending_aborts: list[str] = []
@@ -63,8 +65,6 @@ class LLMEngine:
                         ) -> LLMEngine:
         """path: a Hugging Face dir or a .gguf file; None loads the embedded SmolLM2-135M-Instruct.
         engine_kwargs: any EngineConfig field (block_size, num_blocks, max_num_seqs, backend, ...)."""
-        if speculative is not None:
-            raise ValueError("speculative decoding is not available in this build (speculative=None only)")
         config = EngineConfig(dtype=dtype, device=device, **engine_kwargs)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
@@ -77,7 +77,14 @@ class LLMEngine:
             from llm_engine.quant import quantize_model
 
             quantize_model(model, config.weight_format)
-        return cls(model, tok, config)
+        engine = cls(model, tok, config)
+        if speculative is not None:
+            from llm_engine.speculative.config import SpeculativeConfig
+
+            if not isinstance(speculative, SpeculativeConfig):
+                raise ValueError("speculative must be a SpeculativeConfig or None")
+        engine.speculative = speculative
+        return engine
 
     # ---- requests -----------------------------------------------------------------
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
@@ -202,6 +209,16 @@ class LLMEngine:
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(plist)} SamplingParams for {len(prompts)} prompts")
+        spec = getattr(self, "speculative", None)
+        if spec is not None:
+            from llm_engine.speculative.engine_generate import generate_speculative, speculation_applies
+
+            temps = {p.temperature for p in plist if p is not None}
+            if all(p is not None and speculation_applies(p) for p in plist) and len(temps) == 1:
+                with self._lock:
+                    outs, self.spec_metrics = generate_speculative(
+                        self, spec, [self._prompt_ids(p) for p in prompts], plist)
+                return outs
         results: dict[str, RequestOutput] = {}
 
         def sink(_delta: str, final: RequestOutput | None) -> None:

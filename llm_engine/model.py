@@ -15,6 +15,7 @@ from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
 from llm_engine.cpu_attention import sdpa_decode_attention
 from llm_engine.rope import rope_tables
+from llm_engine.speculative.verify_attention import MAX_VERIFY_QUERIES, sdpa_verify_attention
 
 
 class DecoderLayer(nn.Module):
@@ -52,6 +53,10 @@ class DecoderLayer(nn.Module):
         # the SDPA shortcut is a CPU reference speed-up: an explicit "triton" backend bypasses it
         if meta.is_decode and self.sdpa_decode and backend != "triton" and not q.is_cuda:
             o = sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale)
+        elif (self.sdpa_decode and not q.is_cuda and meta.seq_lens
+              and t <= MAX_VERIFY_QUERIES * len(meta.seq_lens)):  # speculative verify (few queries)
+            o = sdpa_verify_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q.tolist(),
+                                      meta.seq_lens, self.scale)
         elif meta.is_decode:
             o = kernels.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
                                          self.scale, backend=backend)
@@ -88,13 +93,16 @@ class LlamaModel(nn.Module):
         input_ids: torch.Tensor,  # [T] int64
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-    ) -> torch.Tensor:  # [T, H] final-normed hidden states
+        return_prenorm: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # [T, H] final-normed hidden states
+        """return_prenorm: also return the last layer's output before the final norm, [T, H]
+        (the feature the speculative EAGLE head drafts from)."""
         h = self.embed_tokens(input_ids)
         residual = None
         for layer, kv in zip(self.layers, kv_caches):
             h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend)
-        h, _ = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
-        return h
+        h, prenorm = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
+        return (h, prenorm) if return_prenorm else h
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, V] fp32

@@ -7,6 +7,7 @@ import importlib
 
 BENCH_MODULES: tuple[str, ...] = (
     "pipeline.commands.bench_llm",
+    "pipeline.commands.bench_speculative",
     "pipeline.commands.bench_turn",
 )
 

@@ -1,0 +1,82 @@
+"""The `Target` protocol over the engine's own model, paged KV cache and block manager.
+
+extend() runs ONE forward with the new tokens (k+1 verify queries) through the engine's
+ModelRunner metadata (paged attention via kernels.prefill_attention), returning pre-norm
+features and logits for every new token; truncate() is BlockManager.truncate (rejected
+slots' blocks freed, copy-on-write of a shared tail block); release() frees every block.
+Full blocks are committed to the prefix cache as they fill, so later turns still hit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llm_engine.sampling_params import SamplingParams
+from llm_engine.scheduler import ScheduledBatch
+from llm_engine.sequence import Sequence
+
+
+class EngineTarget:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.vocab_size = engine.model.cfg.vocab_size
+        self._seqs: dict[str, Sequence] = {}
+
+    def embed_weight(self) -> torch.Tensor:
+        return self.engine.model.embed_tokens.weight
+
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.engine.model.lm_head.weight
+
+    def norm(self) -> tuple[torch.Tensor, float]:
+        return self.engine.model.norm, self.engine.model.cfg.rms_norm_eps
+
+    def _grow(self, seq_id: str, token_ids: list[int]) -> tuple[Sequence, int]:
+        """Append token_ids to the sequence (created with a prefix-cache lookup); -> (seq, n_new)."""
+        bm = self.engine.bm
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            seq = self._seqs[seq_id] = Sequence(seq_id, list(token_ids), SamplingParams())
+            bm.match_prefix(seq)
+            if seq.num_computed_tokens >= len(seq.token_ids):  # keep >= 1 token to compute
+                self.engine.kv.copy_blocks(bm.truncate(seq, len(seq.token_ids) - 1))
+                seq.token_ids = list(token_ids)
+        else:
+            seq.token_ids.extend(token_ids)
+        if not bm.allocate(seq, len(seq.token_ids)):
+            raise RuntimeError("KV cache full during speculative verification")
+        return seq, len(seq.token_ids) - seq.num_computed_tokens
+
+    def extend(self, seq_id: str, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.extend_batch({seq_id: token_ids})[0]
+
+    def extend_batch(self, feeds: dict[str, list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward over every sequence's new tokens (cu_seqlens_q per sequence)."""
+        grown = [self._grow(sid, toks) for sid, toks in feeds.items()]
+        seqs, n_new = [g[0] for g in grown], [g[1] for g in grown]
+        ids, meta, _, _ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
+        normed, prenorm = self.engine.model(ids, meta, self.engine.kv.layers, return_prenorm=True)
+        outs, row = [], 0
+        for seq, n, toks in zip(seqs, n_new, feeds.values()):
+            seq.num_computed_tokens += n
+            self.engine.bm.commit_full_blocks(seq)
+            # after a prefix hit fewer rows than tokens were computed: the last rows are returned
+            m = min(n, len(toks))
+            sl = slice(row + n - m, row + n)
+            outs.append((prenorm[sl], self.engine.model.compute_logits(normed[sl])))  # [m, H], [m, V]
+            row += n
+        return outs
+
+    def truncate(self, seq_id: str, length: int) -> None:
+        seq = self._seqs[seq_id]
+        if length < len(seq.token_ids):
+            self.engine.kv.copy_blocks(self.engine.bm.truncate(seq, length))
+
+    def release(self, seq_id: str) -> None:
+        seq = self._seqs.pop(seq_id, None)
+        if seq is not None:
+            self.engine.bm.free_seq(seq)
+
+    def length(self, seq_id: str) -> int:
+        seq = self._seqs.get(seq_id)
+        return 0 if seq is None else len(seq.token_ids)
