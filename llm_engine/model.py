@@ -50,10 +50,11 @@ class DecoderLayer(nn.Module):
         q, k = kernels.rotary(q, k, meta.positions, cos, sin, backend=backend)
         k_cache, v_cache = kv
         kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
-        # the SDPA shortcut is a CPU reference speed-up: an explicit "triton" backend bypasses it
-        if meta.is_decode and self.sdpa_decode and backend != "triton" and not q.is_cuda:
+        # the SDPA shortcuts are CPU reference speed-ups: an explicit "triton" backend bypasses them
+        cpu_sdpa = self.sdpa_decode and backend != "triton" and not q.is_cuda
+        if meta.is_decode and cpu_sdpa:
             o = sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale)
-        elif (self.sdpa_decode and not q.is_cuda and meta.seq_lens
+        elif (cpu_sdpa and meta.seq_lens
               and t <= MAX_VERIFY_QUERIES * len(meta.seq_lens)):  # speculative verify (few queries)
             o = sdpa_verify_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q.tolist(),
                                       meta.seq_lens, self.scale)
