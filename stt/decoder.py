@@ -9,7 +9,7 @@ import numpy as np
 
 from parley.errors import ModelError
 from stt.config import TranscriberConfig
-from stt.events import Word
+from stt.events import Word, append_word
 
 SAMPLE_RATE = 16_000
 _FRAMES_PER_S = 100  # mel hop of 10 ms
@@ -82,15 +82,8 @@ class WhisperDecoder:
         end_s = len(audio) / SAMPLE_RATE
         words: list[Word] = []
         for w in aligned:
-            text = w["word"].strip()
-            if not text:
-                continue
-            word = Word(text, min(float(w["start"]), end_s), min(float(w["end"]), end_s), float(w["probability"]))
-            if words and not word.norm:  # a lone "." or "," belongs to the word before it
-                p = words[-1]
-                word = Word(p.text + text, p.start, p.end, p.probability)
-                words.pop()
-            words.append(word)
+            append_word(words, w["word"], min(float(w["start"]), end_s), min(float(w["end"]), end_s),
+                        float(w["probability"]))
         return _drop_repeat(words), time.perf_counter() - t0
 
 

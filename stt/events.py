@@ -15,6 +15,7 @@ class Word:
     start: float  # seconds (stream time for events, file time for transcripts)
     end: float
     probability: float = 1.0
+    attached: bool = False  # continues the previous word with no space between ("$5" + ".20")
 
     @property
     def norm(self) -> str:
@@ -22,11 +23,26 @@ class Word:
         return _PUNCT.sub("", self.text.lower())
 
     def shifted(self, dt: float) -> Word:
-        return Word(self.text, self.start + dt, self.end + dt, self.probability)
+        return Word(self.text, self.start + dt, self.end + dt, self.probability, self.attached)
+
+
+def append_word(words: list[Word], raw: str, start: float, end: float, probability: float) -> None:
+    """Add one of Whisper's aligned words. A lone punctuation mark continues the word before it.
+    Whisper splits "$5.20" into " $5" + ".20": a piece without a leading space stays its own
+    word (LocalAgreement compares pieces, and a later decode may split differently) but is
+    marked `attached`, so the text reads "$5.20", not "$5 .20"."""
+    text = raw.strip()
+    if not text:
+        return
+    word = Word(text, start, end, probability, attached=bool(words) and not raw.startswith(" "))
+    if words and not word.norm:
+        p = words.pop()
+        word = Word(p.text + text, p.start, max(p.end, end), min(p.probability, probability), p.attached)
+    words.append(word)
 
 
 def join_words(words: tuple[Word, ...] | list[Word]) -> str:
-    return " ".join(w.text for w in words).strip()
+    return "".join(w.text if w.attached or i == 0 else " " + w.text for i, w in enumerate(words)).strip()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 from parley.audio import validate_audio
 from stt.config import TranscriberConfig
 from stt.decoder import SAMPLE_RATE, WhisperDecoder
-from stt.events import Transcript, Word, join_words
+from stt.events import Transcript, Word, append_word, join_words
 
 _MAX_SHORT_S = 28.0
 
@@ -29,7 +29,9 @@ def transcribe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, model: str = "
                                                word_timestamps=True, vad_filter=True,
                                                initial_prompt=prompt or None)
         # faster-whisper's segments are lazy: the decode happens while iterating here
-        words = [Word(w.word.strip(), w.start, w.end, w.probability)
-                 for seg in segments for w in (seg.words or []) if w.word.strip()]
+        words: list[Word] = []
+        for seg in segments:
+            for w in seg.words or []:
+                append_word(words, w.word, w.start, w.end, w.probability)
     return Transcript(text=join_words(words), words=tuple(words), duration_s=duration,
                       decode_s=time.perf_counter() - t0, model=dec.config.model, language=dec.config.language)

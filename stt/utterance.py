@@ -57,7 +57,7 @@ class Utterance:
         out = []
         for w in words:
             s = self._stream_time(int(w.start * SAMPLE_RATE))
-            out.append(Word(w.text, s, s + (w.end - w.start), w.probability))
+            out.append(Word(w.text, s, s + (w.end - w.start), w.probability, w.attached))
         return tuple(out)
 
     # -- decoding -----------------------------------------------------------------------
