@@ -17,7 +17,7 @@ from parley.errors import (
     ModelNotFoundError,
     ParleyError,
 )
-from parley.wav import read_wav, write_wav
+from parley.wav import parse_wav, read_wav, write_wav
 
 __all__ = [
     "AudioFormatError",
@@ -29,6 +29,7 @@ __all__ = [
     "float_to_int16",
     "frames",
     "int16_to_float",
+    "parse_wav",
     "read_wav",
     "resample",
     "to_mono",

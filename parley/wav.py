@@ -31,6 +31,13 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
         data = path.read_bytes()
     except OSError as e:
         raise AudioFormatError(f"{path}: cannot read ({e.strerror})") from e
+    return parse_wav(data, str(path))
+
+
+def parse_wav(data: bytes, source: str = "<bytes>") -> tuple[np.ndarray, int]:
+    """`read_wav` on bytes in memory. Streamed WAVs (a program's stdout, whose header holds
+    placeholder sizes such as 0x7FFFFFFF) parse too: a chunk runs at most to the data's end."""
+    path = source
     fmt = body = None
     for cid, chunk in _chunks(data, path):
         if cid == b"fmt ":

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import functools
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from parley.audio import resample
-from parley.wav import read_wav
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,16 +36,12 @@ def espeak_available() -> bool:
 
 @functools.lru_cache(maxsize=256)
 def espeak_speech(text: str, rate: int = 16_000, voice: str = "en-us", wpm: int = 165) -> np.ndarray:
-    if not espeak_available():
-        raise RuntimeError("espeak-ng is not installed (scripts/setup.sh installs it)")
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "s.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-w", str(path), text], check=True,
-                       capture_output=True)
-        audio, sr = read_wav(path)
-    out = resample(audio if audio.ndim == 1 else audio.mean(axis=1), sr, rate)
-    out.setflags(write=False)
-    return out
+    from tts import EspeakSynthesizer
+
+    out = EspeakSynthesizer(voice, wpm).synthesize(text, normalize=False)
+    audio = resample(out.audio, out.sample_rate, rate)
+    audio.setflags(write=False)
+    return audio
 
 
 def with_silence(audio: np.ndarray, before_s: float = 0.3, after_s: float = 0.8, rate: int = 16_000) -> np.ndarray:

@@ -2,18 +2,18 @@
 
 Text goes in on stdin (never as an argument: a text starting with "-" would be an option),
 a WAV comes back on stdout. espeak-ng streams its WAV, so the RIFF sizes in the header are
-placeholders; we read the format chunk and take everything after the data chunk's header.
+placeholders; parley.wav.parse_wav reads such a stream.
 """
 
 from __future__ import annotations
 
 import shutil
-import struct
 import subprocess
 
 import numpy as np
 
-from parley.errors import ModelNotFoundError
+from parley.errors import AudioFormatError, ModelNotFoundError
+from parley.wav import parse_wav
 from tts.synthesizer import SynthesisError, Synthesizer
 
 _NATIVE_RATE = 22_050  # espeak-ng's output rate
@@ -46,21 +46,11 @@ class EspeakSynthesizer(Synthesizer):
 
 
 def _parse_stream_wav(data: bytes) -> tuple[np.ndarray, int]:
-    """16-bit mono PCM from a streamed WAV (placeholder sizes). Returns ([N] float32, rate)."""
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise SynthesisError("espeak-ng did not write a WAV")
-    pos, rate = 12, None
-    while pos + 8 <= len(data):
-        cid, size = data[pos : pos + 4], struct.unpack("<I", data[pos + 4 : pos + 8])[0]
-        if cid == b"fmt ":
-            tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", data[pos + 8 : pos + 24])
-            if (tag, channels, bits) != (1, 1, 16):
-                raise SynthesisError(f"unexpected espeak-ng format: tag {tag}, {channels} ch, {bits} bit")
-        elif cid == b"data":
-            if rate is None:
-                raise SynthesisError("espeak-ng WAV has no fmt chunk before its data")
-            body = data[pos + 8 :]
-            body = body[: len(body) // 2 * 2]
-            return np.frombuffer(body, dtype="<i2").astype(np.float32) / 32768.0, int(rate)
-        pos += 8 + size + (size & 1)
-    raise SynthesisError("espeak-ng WAV has no data chunk")
+    """espeak-ng's streamed WAV (placeholder sizes) -> ([N] float32, rate)."""
+    try:
+        audio, rate = parse_wav(data, "espeak-ng output")
+    except AudioFormatError as e:
+        raise SynthesisError(str(e)) from e
+    if audio.ndim != 1:
+        raise SynthesisError(f"espeak-ng wrote {audio.shape[1]} channels, expected mono")
+    return audio, rate

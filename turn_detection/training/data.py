@@ -5,15 +5,11 @@ cut keeps its natural non-final prosody. Voices and sentences are split train / 
 from __future__ import annotations
 
 import functools
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from parley.audio import ENGINE_RATE, resample
-from parley.wav import read_wav
 
 SENTENCES: tuple[str, ...] = (
     "I would like to book a table for two people tonight.",
@@ -103,12 +99,10 @@ def synthesize(voice: Voice, text: str) -> np.ndarray:
         audio = resample(v.synthesize(text, PiperOptions(length_scale=voice.rate, noise_scale=0.0,
                                                          noise_w_scale=0.0)), v.sample_rate, ENGINE_RATE)
     else:
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "s.wav"
-            subprocess.run(["espeak-ng", "-v", voice.name, "-s", str(int(voice.rate)), "-w", str(path), text],
-                           check=True, capture_output=True)
-            raw, sr = read_wav(path)
-        audio = resample(raw if raw.ndim == 1 else raw.mean(axis=1), sr, ENGINE_RATE)
+        from tts import EspeakSynthesizer
+
+        out = EspeakSynthesizer(voice.name, int(voice.rate)).synthesize(text, normalize=False)
+        audio = resample(out.audio, out.sample_rate, ENGINE_RATE)
     iv = speech_intervals(audio)
     return audio[int(iv[0][0] * ENGINE_RATE) : int(iv[-1][1] * ENGINE_RATE)] if iv else audio
 
