@@ -102,6 +102,7 @@ class EngineConfig:
     cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     cpu_sdpa_decode: bool = True  # CPU decode attention via torch SDPA (3x faster than the ref)
     weight_format: str = "fp32"  # CPU: "fp32" | "bf16" | "int8" (see llm_engine.quant)
+    linear_backend: str = "auto"  # CPU matmuls: "auto" | "onednn" | "torch" (see llm_engine.linear)
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "triton", "torch"):
@@ -114,6 +115,8 @@ class EngineConfig:
             raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
         if self.weight_format not in ("fp32", "bf16", "int8"):
             raise ValueError(f"weight_format must be fp32|bf16|int8, got {self.weight_format!r}")
+        if self.linear_backend not in ("auto", "onednn", "torch"):
+            raise ValueError(f"linear_backend must be auto|onednn|torch, got {self.linear_backend!r}")
 
     def resolved_device(self) -> torch.device:
         if self.device is not None:

@@ -14,6 +14,7 @@ import kernels
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
 from llm_engine.cpu_attention import sdpa_decode_attention
+from llm_engine.linear import Linear
 from llm_engine.rope import rope_tables
 from llm_engine.speculative.verify_attention import MAX_VERIFY_QUERIES, sdpa_verify_attention
 
@@ -25,10 +26,10 @@ class DecoderLayer(nn.Module):
         self.eps = cfg.rms_norm_eps
         h = cfg.hidden_size
         # q, k, v fused into one matmul, gate/up into another: 2 weight reads instead of 5.
-        self.qkv_proj = nn.Linear(h, (self.hq + 2 * self.hk) * self.d, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(self.hq * self.d, h, bias=False)
-        self.gate_up_proj = nn.Linear(h, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.qkv_proj = Linear(h, (self.hq + 2 * self.hk) * self.d, bias=cfg.attention_bias)
+        self.o_proj = Linear(self.hq * self.d, h, bias=False)
+        self.gate_up_proj = Linear(h, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, h, bias=False)
         self.input_norm = nn.Parameter(torch.ones(h))
         self.post_norm = nn.Parameter(torch.ones(h))
         self.scale = self.d**-0.5
@@ -80,7 +81,7 @@ class LlamaModel(nn.Module):
         for layer in self.layers:
             layer.sdpa_decode = sdpa_decode
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         with torch.device("cpu"):  # real tables even when the module is built on "meta"

@@ -1,6 +1,7 @@
 """Lower-precision linear weights for the CPU (behind EngineConfig.weight_format).
 
-"bf16": weights stored in bf16 (half the bytes), activations cast around the matmul.
+"bf16": weights stored in bf16 (half the bytes), activations cast around the matmul
+(llm_engine.linear.Linear: its compute dtype is its weight's).
 "int8": per-output-channel symmetric int8 weights with fp32 scales; the matmul dequantizes
 inside a torch.compile'd function so the weights are read as int8 (a quarter of the bytes).
 Decode is weight-bandwidth bound (538 MB fp32 per token for SmolLM2-135M), so fewer bytes
@@ -13,21 +14,14 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from llm_engine.linear import Linear
 from llm_engine.model import LlamaModel
 
 
-class Bf16Linear(nn.Module):
-    def __init__(self, lin: nn.Linear) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(lin.weight.detach().to(torch.bfloat16), requires_grad=False)
-        self.bias = None if lin.bias is None else nn.Parameter(lin.bias.detach().clone(), requires_grad=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, in] -> [T, out]
-        y = F.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)
-        return y if self.bias is None else y + self.bias
+def bf16_linear(lin: nn.Linear) -> Linear:
+    return Linear.converted(lin, torch.bfloat16)
 
 
 @functools.cache
@@ -54,7 +48,7 @@ class Int8Linear(nn.Module):
 
 def quantize_model(model: LlamaModel, fmt: str) -> LlamaModel:
     """Replace the layers' and the LM head's nn.Linear in place (the embedding stays fp32)."""
-    cls = {"bf16": Bf16Linear, "int8": Int8Linear}.get(fmt)
+    cls = {"bf16": bf16_linear, "int8": Int8Linear}.get(fmt)
     if cls is None:
         raise ValueError(f"weight format must be bf16 or int8, got {fmt!r}")
     for layer in model.layers:

@@ -1,23 +1,78 @@
-"""Lower-precision weight formats: numerics of the replaced linears."""
+"""The engine's linear layer (CPU route) and lower-precision weight formats."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from llm_engine.quant import Bf16Linear, Int8Linear
+import llm_engine.linear as linear_mod
+from llm_engine.linear import Linear, onednn_available, set_linear_backend
+from llm_engine.quant import Int8Linear, bf16_linear
+
+
+def _linear(n_in=576, n_out=100, bias=True, seed=0) -> Linear:
+    torch.manual_seed(seed)
+    lin = nn.Linear(n_in, n_out, bias=bias)
+    return Linear.converted(lin)
 
 
 @pytest.mark.unit
-def test_bf16_linear_close_to_fp32():
-    torch.manual_seed(0)
-    lin = nn.Linear(64, 32, bias=True)
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_route_matches_f_linear(rows, bias):
+    if not onednn_available():
+        pytest.fail("this torch build has no oneDNN linear; the CPU route is untested")
+    lin = _linear(bias=bias)
+    x = torch.randn(rows, 576)
+    ref = F.linear(x.double(), lin.weight.double(), None if lin.bias is None else lin.bias.double())
+    for backend in ("onednn", "torch"):
+        lin.backend = backend
+        with torch.inference_mode():
+            got = lin(x)
+        assert got.dtype == torch.float32 and got.shape == (rows, 100)
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.unit
+def test_autograd_takes_f_linear(monkeypatch):
+    lin = _linear()
+    lin.requires_grad_(True)
+    calls = []
+    real = linear_mod.F.linear
+    monkeypatch.setattr(linear_mod.F, "linear", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(2, 576, requires_grad=True)
+    lin(x).sum().backward()  # oneDNN's op has no backward: the route must not be taken here
+    assert calls and x.grad is not None and x.grad.abs().sum() > 0
+
+
+@pytest.mark.unit
+def test_backend_validation_and_missing_onednn(monkeypatch):
+    lin = _linear()
+    with pytest.raises(ValueError, match="linear backend"):
+        set_linear_backend(lin, "mkl")
+    monkeypatch.setattr(linear_mod, "onednn_available", lambda: False)
+    set_linear_backend(lin, "onednn")
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="lacks it"):
+        lin(torch.randn(1, 576))
+    set_linear_backend(lin, "auto")
+    with torch.inference_mode():
+        assert lin(torch.randn(1, 576)).shape == (1, 100)
+
+
+@pytest.mark.unit
+def test_bf16_linear_close_to_fp32_and_keeps_source():
+    lin = _linear(n_in=64, n_out=32)
+    before = lin.weight.clone()
+    q = bf16_linear(lin)
+    assert q.weight.dtype == torch.bfloat16 and q.weight.data_ptr() != lin.weight.data_ptr()
     x = torch.randn(5, 64)
-    ref = lin(x)
-    got = Bf16Linear(lin)(x)
+    with torch.inference_mode():
+        ref, got = lin(x), q(x)
     assert got.dtype == torch.float32 and got.shape == ref.shape
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
+    assert torch.equal(lin.weight, before)  # a tied embedding would be untouched
 
 
 @pytest.mark.unit

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from llm_engine.config import SUPPORTED_ARCHITECTURES, EngineConfig, ModelConfig
+from llm_engine.linear import set_linear_backend
 from llm_engine.loader.gguf_loader import gguf_config, gguf_metadata, gguf_weights, open_gguf
 from llm_engine.loader.safetensors_loader import read_hf_config, read_safetensors
 from llm_engine.model import LlamaModel
@@ -49,5 +50,6 @@ def build_model(mcfg: ModelConfig, weights: dict[str, torch.Tensor], cfg: Engine
     model.load_hf_weights(weights)
     device = cfg.resolved_device()
     model = model.to(device=device, dtype=cfg.resolved_dtype()).eval()
+    set_linear_backend(model, cfg.linear_backend)
     model.cos, model.sin = rope_tables(mcfg, max_len, device)  # stay fp32 whatever the weights' dtype
     return model
