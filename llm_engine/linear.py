@@ -13,9 +13,24 @@ weights of SmolLM2-135M (425 MB fp32) per step:
 | 1    | 2       | 24.7 ms       | 13.7 ms     | 8.8 ms      |
 
 MKL's fp32 path neither streams the weights at full bandwidth on this CPU nor uses a second
-thread; oneDNN does both, and in bf16 its cost barely grows with the number of rows (what
-speculative verification needs). "auto" takes oneDNN on CPU whenever torch has it, F.linear
-elsewhere (CUDA: cuBLAS) and whenever autograd records (oneDNN's op has no backward).
+thread; oneDNN does both. For the few rows of decode our own kernel (kernels.cpu_gemv) is
+faster still. One 92160x576 matrix (212 MB fp32), 1 thread, best of 15, same run:
+
+| rows | cpu_gemv fp32 | oneDNN fp32 | cpu_gemv bf16 | oneDNN bf16 |
+|------|---------------|-------------|---------------|-------------|
+| 1    | 6.9 ms        | 7.5 ms      | 3.7 ms        | 6.4 ms      |
+| 4    | 12.0 ms       | 12.5 ms     | 7.5 ms        | 6.7 ms      |
+| 8    | 16.4 ms       | 14.3 ms     | 10.4 ms       | 7.7 ms      |
+
+"auto", on CPU in inference: fp32 weights take cpu_gemv up to 4 rows and oneDNN above. bf16
+weights take cpu_gemv up to 8 rows although oneDNN is faster from 4: oneDNN's bf16 matmul
+rounds its output to bf16, and mixing the two would make a 1-row decode step and a k+1-row
+speculative verify (or a prefix-cache hit's short prefill) disagree by a bf16 ulp, enough to
+flip greedy near-ties (measured: a repeated 48-token greedy prompt diverged at token 24 with
+oneDNN bf16 alone). So every bf16 route here computes the same thing: activations rounded
+to bf16, exact products, fp32 sums and output; above 8 rows (prefill) through oneDNN fp32 on
+an fp32 copy of the weight. Elsewhere (CUDA: cuBLAS), and whenever autograd records (no CPU
+route has a backward), F.linear.
 """
 
 from __future__ import annotations
@@ -26,7 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available
+
 LINEAR_BACKENDS = ("auto", "onednn", "torch")
+# rows up to which "auto" takes kernels.cpu_gemv, per weight dtype (see above)
+GEMV_MAX_ROWS = {torch.float32: 4, torch.bfloat16: 8}
 
 
 @functools.cache
@@ -49,22 +68,36 @@ class Linear(nn.Linear):
     backend: str = "auto"  # one of LINEAR_BACKENDS; set per model by set_linear_backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
-        w = self.weight
-        xin = x if x.dtype == w.dtype else x.to(w.dtype)
-        if self._use_onednn(x):
-            y = torch.ops.mkldnn._linear_pointwise(xin, w, self.bias, "none", [], "")
+        route = self._route(x)
+        if route == "torch":
+            w = self.weight
+            y = F.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
+            return y if y.dtype == x.dtype else y.to(x.dtype)
+        x2 = x.reshape(-1, self.in_features)  # [M, in]
+        if route == "gemv":
+            y = cpu_gemv(x2, self.weight)  # bf16 weights: x rounded to bf16 inside
         else:
-            y = F.linear(xin, w, self.bias)
-        return y if y.dtype == x.dtype else y.to(x.dtype)
+            w = self.weight
+            if w.dtype == torch.bfloat16:  # the same products as cpu_gemv's bf16 path (see above)
+                x2, w = x2.to(torch.bfloat16).float(), w.float()
+            y = torch.ops.mkldnn._linear_pointwise(x2.to(w.dtype), w, None, "none", [], "").to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
 
-    def _use_onednn(self, x: torch.Tensor) -> bool:
+    def _route(self, x: torch.Tensor) -> str:
+        """"torch" | "gemv" | "onednn" for this input."""
         if self.backend == "torch" or x.device.type != "cpu" or torch.is_grad_enabled():
-            return False
+            return "torch"
         if not onednn_available():
             if self.backend == "onednn":
                 raise RuntimeError("linear backend 'onednn' asked for, but this torch build lacks it")
-            return False
-        return True
+            return "torch"
+        rows = x.numel() // self.in_features
+        if (self.backend == "auto" and x.dtype == torch.float32 and self.weight.is_contiguous()
+                and 0 < rows <= GEMV_MAX_ROWS.get(self.weight.dtype, 0) and cpu_gemv_available()):
+            return "gemv"
+        return "onednn"
 
     @classmethod
     def converted(cls, lin: nn.Linear, dtype: torch.dtype | None = None) -> Linear:

@@ -1,0 +1,114 @@
+"""kernels.cpu_gemv: the skinny CPU matmul against its float64 reference, its launcher's
+checks, its build cache, and the engine Linear routes built on it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import kernels.cpu_gemv as gemv_mod
+import llm_engine.linear as linear_mod
+from kernels._testing import assert_close_verbose
+from kernels.cpu_gemv import GemvBuildError, build, cpu_gemv, cpu_gemv_available, cpu_gemv_ref
+from llm_engine.linear import Linear
+
+pytestmark = pytest.mark.unit
+
+
+def _require_kernel():
+    if not cpu_gemv_available():
+        pytest.fail("the CPU gemv kernel did not build on this machine (a C++ compiler is part of the setup)")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("n, k", [(1, 16), (7, 37), (64, 576), (101, 80), (33, 1536), (5, 31)])
+def test_gemv_matches_ref(dtype, rows, n, k):
+    _require_kernel()
+    g = torch.Generator().manual_seed(rows * 1000 + n + k)
+    x = torch.randn(rows, k, generator=g)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    # fp32 sums of k products in another order: ~sqrt(k) * 1e-7 relative to the row norm
+    assert_close_verbose(cpu_gemv(x, w), cpu_gemv_ref(x, w), f"gemv {dtype} {rows}x{k} @ {n}x{k}",
+                         dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemv_threads_split_rows_without_changing_results(dtype):
+    _require_kernel()
+    x, w = torch.randn(3, 576), torch.randn(1001, 576).to(dtype)  # odd N: uneven thread ranges
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu_gemv(x, w)
+        torch.set_num_threads(2)
+        two = cpu_gemv(x, w)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one, two)  # each output is one thread's sum either way
+
+
+def test_bf16_weights_round_activations_like_the_reference():
+    _require_kernel()
+    x = torch.full((1, 32), 1.0 + 2**-10)  # not representable in bf16: rounds to 1.0
+    w = torch.ones(1, 32, dtype=torch.bfloat16)
+    assert cpu_gemv(x, w).item() == 32.0
+    assert cpu_gemv(x, w.float()).item() == pytest.approx(32 * (1 + 2**-10), rel=1e-7)
+
+
+@pytest.mark.parametrize("x, w, match", [
+    (torch.randn(0, 8), torch.randn(4, 8), "1..8 rows"),
+    (torch.randn(9, 8), torch.randn(4, 8), "1..8 rows"),
+    (torch.randn(2, 8), torch.randn(4, 9), r"x \[M, K\] and w \[N, K\]"),
+    (torch.randn(2, 8).double(), torch.randn(4, 8), "fp32"),
+    (torch.randn(2, 8), torch.randn(4, 8).half(), "fp32"),
+    (torch.randn(2, 8), torch.randn(8, 4).t(), "contiguous"),
+])
+def test_launcher_rejects_bad_inputs(x, w, match):
+    with pytest.raises(ValueError, match=match):
+        cpu_gemv(x, w)
+
+
+def test_build_is_cached_and_failures_are_typed(tmp_path, monkeypatch):
+    lib = build(tmp_path)
+    stamp = os.stat(lib).st_mtime_ns
+    assert build(tmp_path) == lib and os.stat(lib).st_mtime_ns == stamp  # no rebuild
+    assert [p.name for p in tmp_path.iterdir()] == [lib.name]  # no temp file left behind
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that fails
+    monkeypatch.setattr(gemv_mod, "SOURCE", tmp_path / "changed.cpp")
+    (tmp_path / "changed.cpp").write_text("int x;\n")
+    with pytest.raises(GemvBuildError, match="false failed"):
+        build(tmp_path)
+    monkeypatch.setattr(gemv_mod, "_compiler", lambda: None)
+    with pytest.raises(GemvBuildError, match="no C"):
+        build(tmp_path)
+
+
+def _lin(n_in, n_out, dtype, bias=False) -> Linear:
+    torch.manual_seed(0)
+    return Linear.converted(torch.nn.Linear(n_in, n_out, bias=bias), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_rows_agree_across_routes(dtype):
+    """1 row (cpu_gemv) and 9 rows (oneDNN) compute the same products: row 0 agrees to fp32
+    summation order. (oneDNN's own bf16 output rounding would break this by a bf16 ulp.)"""
+    _require_kernel()
+    lin = _lin(576, 960, dtype, bias=True)
+    x = torch.randn(9, 576)
+    with torch.inference_mode():
+        assert lin._route(x[:1]) == "gemv" and lin._route(x) == "onednn"
+        one, many = lin(x[:1]), lin(x)
+    assert one.dtype == many.dtype == torch.float32
+    torch.testing.assert_close(one, many[:1], rtol=2e-6, atol=2e-6)
+
+
+def test_linear_without_the_kernel_takes_onednn(monkeypatch):
+    monkeypatch.setattr(linear_mod, "cpu_gemv_available", lambda: False)
+    lin = _lin(64, 32, torch.float32)
+    x = torch.randn(1, 64)
+    with torch.inference_mode():
+        assert lin._route(x) == "onednn"
+        torch.testing.assert_close(lin(x), x @ lin.weight.t())
