@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels._dispatch import use_triton
+from kernels import cpu_ops
+from kernels._dispatch import use_cpu_native, use_triton
 from kernels._triton import check, next_pow2, tl, triton, upcast_for_interpreter
 
 
@@ -75,5 +76,8 @@ def _store_kv_triton(k, v, k_cache, v_cache, slot_mapping) -> None:
 def store_kv(k, v, k_cache, v_cache, slot_mapping, *, backend: str = "auto") -> None:
     if use_triton(k, backend):
         _store_kv_triton(k, v, k_cache, v_cache, slot_mapping)
+        return
+    if use_cpu_native(backend, k, v, k_cache, v_cache):
+        cpu_ops.store_kv(k, v, k_cache, v_cache, slot_mapping)
         return
     store_kv_ref(k, v, k_cache, v_cache, slot_mapping)

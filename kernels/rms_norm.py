@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels._dispatch import use_triton
+from kernels import cpu_ops
+from kernels._dispatch import use_cpu_native, use_triton
 from kernels._triton import check, next_pow2, tl, triton, upcast_for_interpreter
 
 
@@ -80,4 +81,6 @@ def _rms_norm_triton(x, weight, eps, residual):
 def rms_norm(x, weight, eps, residual=None, *, backend: str = "auto"):
     if use_triton(x, backend):
         return _rms_norm_triton(x, weight, eps, residual)
+    if use_cpu_native(backend, x, weight):
+        return cpu_ops.rms_norm(x, weight, eps, residual)
     return rms_norm_ref(x, weight, eps, residual)

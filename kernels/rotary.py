@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels._dispatch import use_triton
+from kernels import cpu_ops
+from kernels._dispatch import use_cpu_native, use_triton
 from kernels._triton import check, next_pow2, tl, triton, upcast_for_interpreter
 
 
@@ -96,4 +97,6 @@ def _rotary_triton(q, k, positions, cos, sin):
 def rotary(q, k, positions, cos, sin, *, backend: str = "auto"):
     if use_triton(q, backend):
         return _rotary_triton(q, k, positions, cos, sin)
+    if use_cpu_native(backend, q, k, cos, sin):
+        return cpu_ops.rotary(q, k, positions, cos, sin)
     return rotary_ref(q, k, positions, cos, sin)

@@ -1,16 +1,38 @@
-"""CPU-only decode attention with torch's fused SDPA (the kernels' dispatch stays the path
-on CUDA and for prefill). Measured here, 1 thread, SmolLM2 shapes (9 q / 3 kv heads, D 64),
+"""CPU attention for decode and speculative-verify steps (few query rows per sequence):
+our C++ paged kernel (kernels.cpu_ops.paged_attention, reads the blocks in place) where it
+builds, else torch's fused SDPA over gathered K/V. Prefill and CUDA take the kernels' dispatch.
+
+SDPA path, measured here, 1 thread, SmolLM2 shapes (9 q / 3 kv heads, D 64),
 per layer: kernels' torch reference 290 us at 64 cached tokens, 630 us at 300, 2870 us at
 1000; this path 98, 253 and 827 us: 6-60 ms saved per decoded token over 30 layers. At batch 8
 (33-90 cached tokens): ref 2250 us per layer, a per-sequence SDPA loop 1160 us, one padded and
-masked SDPA call 410 us."""
+masked SDPA call 410 us. The C++ kernel skips the gather: see benchmarks/llm_engine.py."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from kernels import cpu_ops
+from kernels._dispatch import use_cpu_native
 from kernels.prefill_attention import gather_kv
+from llm_engine.attention_metadata import AttentionMetadata
+from llm_engine.speculative.verify_attention import MAX_VERIFY_QUERIES, sdpa_verify_attention
+
+
+def cpu_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                  scale: float, backend: str = "auto") -> torch.Tensor | None:
+    """q [T, Hq, D] -> [T, Hq, D]; None when this is not a few-queries step (prefill).
+    backend "torch" keeps to torch ops (SDPA)."""
+    if not meta.seq_lens or q.shape[0] > MAX_VERIFY_QUERIES * len(meta.seq_lens):
+        return None
+    if use_cpu_native(backend, q, k_cache, v_cache):
+        return cpu_ops.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
+                                       meta.context_lens, scale)
+    if meta.is_decode:
+        return sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
+    return sdpa_verify_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q.tolist(),
+                                 meta.seq_lens, scale)
 
 
 def sdpa_decode_attention(

@@ -13,10 +13,9 @@ from torch import nn
 import kernels
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
-from llm_engine.cpu_attention import sdpa_decode_attention
+from llm_engine.cpu_attention import cpu_attention
 from llm_engine.linear import Linear
 from llm_engine.rope import rope_tables
-from llm_engine.speculative.verify_attention import MAX_VERIFY_QUERIES, sdpa_verify_attention
 
 
 class DecoderLayer(nn.Module):
@@ -33,7 +32,7 @@ class DecoderLayer(nn.Module):
         self.input_norm = nn.Parameter(torch.ones(h))
         self.post_norm = nn.Parameter(torch.ones(h))
         self.scale = self.d**-0.5
-        self.sdpa_decode = True  # CPU decode via torch SDPA (see cpu_attention); False: kernels' ref
+        self.sdpa_decode = True  # CPU decode/verify via llm_engine.cpu_attention; False: kernels' dispatch
 
     def forward(self, h, residual, meta: AttentionMetadata, kv, cos, sin, backend: str):
         # h, residual: [T, H]; kv: (k_cache, v_cache) each [NB, BS, Hk, D]
@@ -51,18 +50,14 @@ class DecoderLayer(nn.Module):
         q, k = kernels.rotary(q, k, meta.positions, cos, sin, backend=backend)
         k_cache, v_cache = kv
         kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
-        # the SDPA shortcuts are CPU reference speed-ups: an explicit "triton" backend bypasses them
-        cpu_sdpa = self.sdpa_decode and backend != "triton" and not q.is_cuda
-        if meta.is_decode and cpu_sdpa:
-            o = sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale)
-        elif (cpu_sdpa and meta.seq_lens
-              and t <= MAX_VERIFY_QUERIES * len(meta.seq_lens)):  # speculative verify (few queries)
-            o = sdpa_verify_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q.tolist(),
-                                      meta.seq_lens, self.scale)
-        elif meta.is_decode:
+        # the CPU fast path is a reference speed-up: an explicit "triton" backend bypasses it
+        o = None
+        if self.sdpa_decode and backend != "triton" and not q.is_cuda:
+            o = cpu_attention(q, k_cache, v_cache, meta, self.scale, backend)
+        if o is None and meta.is_decode:
             o = kernels.decode_attention(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
                                          self.scale, backend=backend)
-        else:
+        elif o is None:
             o = kernels.prefill_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
                                           meta.context_lens, self.scale, backend=backend)
         h = self.o_proj(o.reshape(t, self.hq * self.d))

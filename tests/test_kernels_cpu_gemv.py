@@ -8,10 +8,11 @@ import os
 import pytest
 import torch
 
-import kernels.cpu_gemv as gemv_mod
+import kernels.cpu_native as native_mod
 import llm_engine.linear as linear_mod
 from kernels._testing import assert_close_verbose
-from kernels.cpu_gemv import GemvBuildError, build, cpu_gemv, cpu_gemv_available, cpu_gemv_ref
+from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_ref
+from kernels.cpu_native import CSRC, NativeBuildError, build
 from llm_engine.linear import Linear
 
 pytestmark = pytest.mark.unit
@@ -72,18 +73,18 @@ def test_launcher_rejects_bad_inputs(x, w, match):
 
 
 def test_build_is_cached_and_failures_are_typed(tmp_path, monkeypatch):
-    lib = build(tmp_path)
+    out = tmp_path / "out"
+    lib = build(CSRC / "cpu_gemv.cpp", out)
     stamp = os.stat(lib).st_mtime_ns
-    assert build(tmp_path) == lib and os.stat(lib).st_mtime_ns == stamp  # no rebuild
-    assert [p.name for p in tmp_path.iterdir()] == [lib.name]  # no temp file left behind
+    assert build(CSRC / "cpu_gemv.cpp", out) == lib and os.stat(lib).st_mtime_ns == stamp  # no rebuild
+    assert [p.name for p in out.iterdir()] == [lib.name]  # no temp file left behind
     monkeypatch.setenv("CXX", "false")  # a "compiler" that fails
-    monkeypatch.setattr(gemv_mod, "SOURCE", tmp_path / "changed.cpp")
     (tmp_path / "changed.cpp").write_text("int x;\n")
-    with pytest.raises(GemvBuildError, match="false failed"):
-        build(tmp_path)
-    monkeypatch.setattr(gemv_mod, "_compiler", lambda: None)
-    with pytest.raises(GemvBuildError, match="no C"):
-        build(tmp_path)
+    with pytest.raises(NativeBuildError, match="false failed"):
+        build(tmp_path / "changed.cpp", out)
+    monkeypatch.setattr(native_mod, "_compiler", lambda: None)
+    with pytest.raises(NativeBuildError, match="no C"):
+        build(tmp_path / "changed.cpp", out)
 
 
 def _lin(n_in, n_out, dtype, bias=False) -> Linear:
