@@ -3,8 +3,11 @@ side by side in one process, at 1 and 2 threads.
 
 Reports decode tok/s at batch 1 and 8, TTFT for a 512-token prompt cold and with a
 prefix-cache hit + 16 new tokens, peak RSS, RSS drift over many requests, and the
-weight-streaming floor (decode weight bytes / memory bandwidth measured here). llama.cpp
-(llama_cpp) is measured only when importable.
+weight-streaming floor (decode weight bytes / memory bandwidth measured here). Our engine
+runs three ways: fp32 (the default), fp32 with `linear_backend="torch"` (plain F.linear, the
+route before llm_engine.linear), and bf16 weights (`weight_format="bf16"`), whose greedy
+tokens are compared with fp32's on the committed voice prompts. llama.cpp (llama_cpp) is
+measured only when importable.
 
     python -m benchmarks.llm_engine --threads 1 2 --json out.json
 """
@@ -17,11 +20,14 @@ import json
 import resource
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 from llm_engine import LLMEngine, SamplingParams
 from llm_engine.model import weight_bytes
+
+VARIANTS = {"ours": {}, "ours_torch_linear": {"linear_backend": "torch"}, "ours_bf16": {"weight_format": "bf16"}}
 
 
 def rss_mb() -> float:
@@ -75,8 +81,22 @@ def hf_decode(model, prompt: list[int], batch: int, n: int) -> float:
     return batch * (n - 1) / (tn - t1)
 
 
+def greedy_agreement(a: LLMEngine, b: LLMEngine, n: int = 48) -> dict:
+    """Tokens until the first difference, per committed voice prompt (last user turn)."""
+    spec = json.loads((Path(__file__).parent / "data" / "voice_prompts.json").read_text())
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    same = []
+    for chat in spec["chats"]:
+        ids = a.encode_chat([{"role": "system", "content": spec["system"]}, *chat["messages"]])
+        x, y = (e.generate([ids], params)[0].token_ids for e in (a, b))
+        same.append(next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), n))
+    return {"prompts": len(same), "identical": sum(s == n for s in same), "tokens_before_divergence": same}
+
+
 def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
-    engine = LLMEngine.from_pretrained(max_cache_tokens=8192, max_num_seqs=16)
+    engines = {name: LLMEngine.from_pretrained(max_cache_tokens=8192, max_num_seqs=16, **kw)
+               for name, kw in VARIANTS.items()}
+    engine = engines["ours"]
     tok = engine.tokenizer
     wbytes = weight_bytes(engine.model)
     chat = engine.encode_chat([{"role": "user", "content": "Tell me a long story about a dragon."}])
@@ -90,15 +110,21 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
 
         p = model_path("smollm2-135m-instruct")
         hf = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32).eval()
-    res: dict = {"weight_bytes": wbytes, "n_tokens": n, "llama_cpp": None, "by_threads": {}}
+    res: dict = {"weight_bytes": wbytes, "bf16_weight_bytes": weight_bytes(engines["ours_bf16"].model),
+                 "n_tokens": n, "llama_cpp": None, "by_threads": {}}
     if importlib.util.find_spec("llama_cpp") is None:
         res["llama_cpp"] = "not installed: skipped"
     for th in threads:
         torch.set_num_threads(th)
         bw = bandwidth_gbs()
         r = {"bandwidth_gbs": bw, "floor_tok_s": bw * 1e9 / wbytes}
-        r["ours_b1_tok_s"] = statistics.median(ours_decode(engine, chat, 1, n) for _ in range(3))
-        r["ours_b8_tok_s"] = ours_decode(engine, chat, 8, n)
+        runs: dict[str, list[float]] = {name: [] for name in engines}
+        for _ in range(3):  # interleaved repeats: load drifts hit every variant alike
+            for name, e in engines.items():
+                runs[name].append(ours_decode(e, chat, 1, n))
+        for name, e in engines.items():
+            r[f"{name}_b1_tok_s"] = statistics.median(runs[name])
+            r[f"{name}_b8_tok_s"] = ours_decode(e, chat, 8, n)
         cold = tok.encode(f"Run {th}.") + long_prompt  # a prefix never seen before: nothing cached
         cold = cold[:512]
         r["ttft_cold_512_s"] = ours_ttft(engine, cold)
@@ -108,11 +134,15 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
             r["hf_b1_tok_s"] = statistics.median(hf_decode(hf, chat, 1, n) for _ in range(2))
             r["hf_b8_tok_s"] = hf_decode(hf, chat, 8, n)
             r["ours_vs_hf_b1"] = r["ours_b1_tok_s"] / r["hf_b1_tok_s"]
+            r["ours_bf16_vs_hf_b1"] = r["ours_bf16_b1_tok_s"] / r["hf_b1_tok_s"]
         r["ours_vs_floor_b1"] = r["ours_b1_tok_s"] / r["floor_tok_s"]
+        r["ours_vs_torch_linear_b1"] = r["ours_b1_tok_s"] / r["ours_torch_linear_b1_tok_s"]
+        r["bf16_floor_tok_s"] = bw * 1e9 / res["bf16_weight_bytes"]
         r["prefix_hit_over_cold"] = r["ttft_hit_512p16_s"] / r["ttft_cold_512_s"]
         res["by_threads"][str(th)] = r
         print(f"threads={th}: " + json.dumps(r), flush=True)
     torch.set_num_threads(threads[0])
+    res["bf16_vs_fp32_greedy"] = greedy_agreement(engine, engines["ours_bf16"])
     before = rss_mb()
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     for i in range(flat_requests):
@@ -125,8 +155,10 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
 
 
 def table(res: dict) -> str:
-    keys = ["bandwidth_gbs", "floor_tok_s", "ours_b1_tok_s", "hf_b1_tok_s", "ours_vs_hf_b1", "ours_vs_floor_b1",
-            "ours_b8_tok_s", "hf_b8_tok_s", "ttft_cold_512_s", "ttft_hit_512p16_s", "prefix_hit_over_cold"]
+    keys = ["bandwidth_gbs", "floor_tok_s", "ours_b1_tok_s", "ours_torch_linear_b1_tok_s", "hf_b1_tok_s",
+            "ours_vs_hf_b1", "ours_vs_torch_linear_b1", "ours_vs_floor_b1", "ours_bf16_b1_tok_s", "bf16_floor_tok_s",
+            "ours_bf16_vs_hf_b1", "ours_b8_tok_s", "ours_bf16_b8_tok_s", "hf_b8_tok_s", "ttft_cold_512_s",
+            "ttft_hit_512p16_s", "prefix_hit_over_cold"]
     ths = list(res["by_threads"])
     lines = ["| metric | " + " | ".join(f"{t} thread(s)" for t in ths) + " |", "|---|" + "---|" * len(ths)]
     for k in keys:
@@ -134,7 +166,11 @@ def table(res: dict) -> str:
         lines.append(f"| {k} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in vals) + " |")
     lines.append(f"\npeak RSS {res['peak_rss_mb']:.0f} MB; RSS over {res['flat_requests']} requests: "
                  f"{res['rss_before_mb']:.0f} -> {res['rss_after_mb']:.0f} MB; KV cache {res['kv_cache_mb']:.0f} MB;"
-                 f" weights streamed per token {res['weight_bytes'] / 1e6:.0f} MB; llama.cpp: {res['llama_cpp']}")
+                 f" weights streamed per token {res['weight_bytes'] / 1e6:.0f} MB (bf16:"
+                 f" {res['bf16_weight_bytes'] / 1e6:.0f} MB); llama.cpp: {res['llama_cpp']}")
+    g = res["bf16_vs_fp32_greedy"]
+    lines.append(f"bf16 vs fp32 greedy ({g['prompts']} prompts, 48 tokens): {g['identical']} identical;"
+                 f" tokens before divergence {g['tokens_before_divergence']}")
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@ caching, continuous batching, chunked prefill, preemption, sampling and async st
 
 from llm_engine.config import EngineConfig, ModelConfig
 from llm_engine.engine import LLMEngine
+from llm_engine.fake import FakeLLM
 from llm_engine.outputs import RequestOutput
 from llm_engine.sampling_params import SamplingParams
 
-__all__ = ["EngineConfig", "LLMEngine", "ModelConfig", "RequestOutput", "SamplingParams"]
+__all__ = ["EngineConfig", "FakeLLM", "LLMEngine", "ModelConfig", "RequestOutput", "SamplingParams"]

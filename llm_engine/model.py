@@ -139,11 +139,12 @@ class LlamaModel(nn.Module):
 
 
 def weight_bytes(model: LlamaModel) -> int:
-    """Bytes of weights one decode step streams (embedding lookup excluded unless tied: then
-    the LM head reads it)."""
+    """Bytes of weights one decode step streams: every layer weight and the LM head; the
+    embedding only where it is the LM head (a lookup reads one row)."""
+    embed = model.embed_tokens.weight
     seen, total = set(), 0
-    for name, p in model.named_parameters():
-        if id(p) in seen or (name == "embed_tokens.weight" and not model.cfg.tie_word_embeddings):
+    for p in model.parameters():
+        if id(p) in seen or (p is embed and model.lm_head.weight is not embed):
             continue
         seen.add(id(p))
         total += p.numel() * p.element_size()
