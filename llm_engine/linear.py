@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available
+from kernels.cpu_gemv import check_weight, cpu_gemv_available, gemv_checked
 
 LINEAR_BACKENDS = ("auto", "onednn", "torch")
 # rows up to which "auto" takes kernels.cpu_gemv, per weight dtype (see above)
@@ -67,6 +67,9 @@ class Linear(nn.Linear):
 
     backend: str = "auto"  # one of LINEAR_BACKENDS; set per model by set_linear_backend
 
+    _gemv_for: tuple | None = None  # (weight storage, backend) the gemv eligibility was decided for
+    _gemv_ok: bool = False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         route = self._route(x)
         if route == "torch":
@@ -75,7 +78,7 @@ class Linear(nn.Linear):
             return y if y.dtype == x.dtype else y.to(x.dtype)
         x2 = x.reshape(-1, self.in_features)  # [M, in]
         if route == "gemv":
-            y = cpu_gemv(x2, self.weight)  # bf16 weights: x rounded to bf16 inside
+            y = gemv_checked(x2, self.weight)  # bf16 weights: x rounded to bf16 inside
         else:
             w = self.weight
             if w.dtype == torch.bfloat16:  # the same products as cpu_gemv's bf16 path (see above)
@@ -93,9 +96,12 @@ class Linear(nn.Linear):
             if self.backend == "onednn":
                 raise RuntimeError("linear backend 'onednn' asked for, but this torch build lacks it")
             return "torch"
-        rows = x.numel() // self.in_features
-        if (self.backend == "auto" and x.dtype == torch.float32 and self.weight.is_contiguous()
-                and 0 < rows <= GEMV_MAX_ROWS.get(self.weight.dtype, 0) and cpu_gemv_available()):
+        w = self.weight
+        key = (w.data_ptr(), w.dtype, w.stride(), self.backend)  # no reference kept: .to() may replace w
+        if self._gemv_for != key:
+            self._gemv_ok = self.backend == "auto" and w.dtype in GEMV_MAX_ROWS and _gemv_takes(w)
+            self._gemv_for = key
+        if self._gemv_ok and x.dtype == torch.float32 and 0 < x.numel() // self.in_features <= GEMV_MAX_ROWS[w.dtype]:
             return "gemv"
         return "onednn"
 
@@ -113,6 +119,16 @@ class Linear(nn.Linear):
         new.requires_grad_(False)
         new.backend = getattr(lin, "backend", "auto")
         return new
+
+
+def _gemv_takes(w: torch.Tensor) -> bool:
+    if not cpu_gemv_available():
+        return False
+    try:
+        check_weight(w)
+    except ValueError:
+        return False
+    return True
 
 
 def set_linear_backend(module: nn.Module, backend: str) -> None:
