@@ -18,18 +18,19 @@ faster still. One 92160x576 matrix (212 MB fp32), 1 thread, best of 15, same run
 
 | rows | cpu_gemv fp32 | oneDNN fp32 | cpu_gemv bf16 | oneDNN bf16 |
 |------|---------------|-------------|---------------|-------------|
-| 1    | 6.9 ms        | 7.5 ms      | 3.7 ms        | 6.4 ms      |
-| 4    | 12.0 ms       | 12.5 ms     | 7.5 ms        | 6.7 ms      |
-| 8    | 16.4 ms       | 14.3 ms     | 10.4 ms       | 7.7 ms      |
+| 1    | 6.3 ms        | 8.1 ms      | 3.5 ms        | 6.7 ms      |
+| 4    | 10.0 ms       | 12.6 ms     | 5.6 ms        | 7.1 ms      |
+| 8    | 14.7 ms       | 14.1 ms     | 7.5 ms        | 7.8 ms      |
 
-"auto", on CPU in inference: fp32 weights take cpu_gemv up to 4 rows and oneDNN above. bf16
-weights take cpu_gemv up to 8 rows although oneDNN is faster from 4: oneDNN's bf16 matmul
-rounds its output to bf16, and mixing the two would make a 1-row decode step and a k+1-row
-speculative verify (or a prefix-cache hit's short prefill) disagree by a bf16 ulp, enough to
-flip greedy near-ties (measured: a repeated 48-token greedy prompt diverged at token 24 with
-oneDNN bf16 alone). So every bf16 route here computes the same thing: activations rounded
-to bf16, exact products, fp32 sums and output; above 8 rows (prefill) through oneDNN fp32 on
-an fp32 copy of the weight. Elsewhere (CUDA: cuBLAS), and whenever autograd records (no CPU
+"auto", on CPU in inference, takes cpu_gemv up to 8 rows (decode, small batches, speculative
+verify) and oneDNN above (prefill). One kernel for 1-8 rows also means one arithmetic: a row's
+sum runs in the same order whatever the number of rows, so a k+1-row verify step scores a
+token exactly as a 1-row decode step would. oneDNN's bf16 matmul, by contrast, rounds its
+output to bf16; mixing it in would make a decode step and a verify step (or a prefix-cache
+hit's short prefill) disagree by a bf16 ulp, enough to flip greedy near-ties (measured: a
+repeated 48-token greedy prompt diverged at token 24 with oneDNN bf16 alone). So every bf16
+route here computes the same thing: activations rounded to bf16, exact products, fp32 sums
+and output; above 8 rows (prefill) through oneDNN fp32 on an fp32 copy of the weight. Elsewhere (CUDA: cuBLAS), and whenever autograd records (no CPU
 route has a backward), F.linear.
 """
 
@@ -45,7 +46,7 @@ from kernels.cpu_gemv import check_weight, cpu_gemv_available, gemv_checked
 
 LINEAR_BACKENDS = ("auto", "onednn", "torch")
 # rows up to which "auto" takes kernels.cpu_gemv, per weight dtype (see above)
-GEMV_MAX_ROWS = {torch.float32: 4, torch.bfloat16: 8}
+GEMV_MAX_ROWS = {torch.float32: 8, torch.bfloat16: 8}
 
 
 @functools.cache
@@ -101,7 +102,8 @@ class Linear(nn.Linear):
         if self._gemv_for != key:
             self._gemv_ok = self.backend == "auto" and w.dtype in GEMV_MAX_ROWS and _gemv_takes(w)
             self._gemv_for = key
-        if self._gemv_ok and x.dtype == torch.float32 and 0 < x.numel() // self.in_features <= GEMV_MAX_ROWS[w.dtype]:
+        rows = x.numel() // self.in_features
+        if self._gemv_ok and x.dtype == torch.float32 and 0 < rows <= GEMV_MAX_ROWS[w.dtype]:
             return "gemv"
         return "onednn"
 

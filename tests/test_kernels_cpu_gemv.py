@@ -51,6 +51,16 @@ def test_gemv_threads_split_rows_without_changing_results(dtype):
     assert torch.equal(one, two)  # each output is one thread's sum either way
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_row_scores_the_same_whatever_the_row_count(dtype):
+    """Speculative verify (k+1 rows) must score a token exactly as decode (1 row) does."""
+    _require_kernel()
+    x, w = torch.randn(8, 576), torch.randn(103, 576).to(dtype)
+    one = cpu_gemv(x[:1], w)
+    for rows in range(2, 9):
+        assert torch.equal(cpu_gemv(x[:rows], w)[:1], one), rows
+
+
 def test_bf16_weights_round_activations_like_the_reference():
     _require_kernel()
     x = torch.full((1, 32), 1.0 + 2**-10)  # not representable in bf16: rounds to 1.0
@@ -100,7 +110,7 @@ def test_linear_rows_agree_across_routes(dtype):
     lin = _lin(576, 960, dtype, bias=True)
     x = torch.randn(9, 576)
     with torch.inference_mode():
-        assert lin._route(x[:1]) == "gemv" and lin._route(x) == "onednn"
+        assert lin._route(x[:1]) == lin._route(x[:8]) == "gemv" and lin._route(x) == "onednn"
         one, many = lin(x[:1]), lin(x)
     assert one.dtype == many.dtype == torch.float32
     torch.testing.assert_close(one, many[:1], rtol=2e-6, atol=2e-6)

@@ -59,12 +59,12 @@ template <int R, int M, bool FULL, typename W>
 inline void step(__m512 (&acc)[R][M], const W* const (&wr)[R], const float* x, int64_t K, int64_t k,
                  __mmask16 mask) {
     __m512 v[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) v[r] = load_w<FULL>(wr[r] + k, mask);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
         __m512 xv = load_x<FULL>(x + m * K + k, mask);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(v[r], xv, acc[r][m]);
     }
 }
@@ -73,7 +73,7 @@ template <int R, int M, typename W>
 inline void rows(const float* x, const W* w, float* y, int64_t N, int64_t K, int64_t n) {
     __m512 acc[R][M];
     const W* wr[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
         wr[r] = w + (n + r) * K;
 #pragma GCC unroll 8
@@ -82,7 +82,7 @@ inline void rows(const float* x, const W* w, float* y, int64_t N, int64_t K, int
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) step<R, M, true>(acc, wr, x, K, k, 0);
     if (k < K) step<R, M, false>(acc, wr, x, K, k, (__mmask16)((1u << (K - k)) - 1u));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int m = 0; m < M; ++m) y[m * N + n + r] = _mm512_reduce_add_ps(acc[r][m]);
@@ -98,7 +98,7 @@ inline void rows_pairs(const float* xp, const uint16_t* w, float* y, int64_t N, 
     const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     __m512 acc[R][M];
     const uint16_t* wr[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
         wr[r] = w + (n + r) * K;
 #pragma GCC unroll 8
@@ -106,7 +106,7 @@ inline void rows_pairs(const float* xp, const uint16_t* w, float* y, int64_t N, 
     }
     for (int64_t k = 0; k < K32; k += 32) {
         __m512 ev[R], od[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
             __m512i v = _mm512_loadu_si512(reinterpret_cast<const void*>(wr[r] + k));
             ev[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
@@ -115,12 +115,12 @@ inline void rows_pairs(const float* xp, const uint16_t* w, float* y, int64_t N, 
 #pragma GCC unroll 8
         for (int m = 0; m < M; ++m) {
             __m512 xe = _mm512_loadu_ps(xp + m * K + k), xo = _mm512_loadu_ps(xp + m * K + k + 16);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int r = 0; r < R; ++r)
                 acc[r][m] = _mm512_fmadd_ps(od[r], xo, _mm512_fmadd_ps(ev[r], xe, acc[r][m]));
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int m = 0; m < M; ++m) {
@@ -129,6 +129,11 @@ inline void rows_pairs(const float* xp, const uint16_t* w, float* y, int64_t N, 
             y[m * N + n + r] = s;
         }
 }
+
+// Weight rows per inner loop: each x vector loaded serves R rows, which matters once M > 1
+// (x loads compete with w loads for the load ports); R * M accumulators stay within the
+// 32 zmm registers.
+#define R_OF(M) ((M) <= 4 ? 4 : 3)
 
 #ifdef __AVX512BF16__
 // bf16 weights x bf16 activations with vdpbf16ps: 32 multiply-adds an instruction, half the
@@ -139,7 +144,7 @@ inline void rows_dp(const uint16_t* xb, const uint16_t* w, float* y, int64_t N, 
                     int64_t n) {
     __m512 acc[R][M];
     const uint16_t* wr[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
         wr[r] = w + (n + r) * K;
 #pragma GCC unroll 8
@@ -147,16 +152,16 @@ inline void rows_dp(const uint16_t* xb, const uint16_t* w, float* y, int64_t N, 
     }
     for (int64_t k = 0; k < K32; k += 32) {
         __m512bh v[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int r = 0; r < R; ++r) v[r] = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(wr[r] + k));
 #pragma GCC unroll 8
         for (int m = 0; m < M; ++m) {
             __m512bh xv = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(xb + m * K + k));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int r = 0; r < R; ++r) acc[r][m] = _mm512_dpbf16_ps(acc[r][m], v[r], xv);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int m = 0; m < M; ++m) {
@@ -170,8 +175,8 @@ template <int M>
 void rows_range(const Bf16Act* x, const uint16_t* w, float* y, int64_t N, int64_t K, int64_t n0, int64_t n1) {
     const uint16_t* xb = reinterpret_cast<const uint16_t*>(x);
     int64_t n = n0, K32 = K & ~int64_t(31);
-    for (; n + 1 < n1; n += 2) rows_dp<2, M>(xb, w, y, N, K, K32, n);
-    if (n < n1) rows_dp<1, M>(xb, w, y, N, K, K32, n);
+    for (; n + R_OF(M) <= n1; n += R_OF(M)) rows_dp<R_OF(M), M>(xb, w, y, N, K, K32, n);
+    for (; n < n1; ++n) rows_dp<1, M>(xb, w, y, N, K, K32, n);
 }
 #endif
 
@@ -179,8 +184,8 @@ void rows_range(const Bf16Act* x, const uint16_t* w, float* y, int64_t N, int64_
 template <int M>
 void rows_range(const float* x, const float* w, float* y, int64_t N, int64_t K, int64_t n0, int64_t n1) {
     int64_t n = n0;
-    for (; n + 1 < n1; n += 2) rows<2, M>(x, w, y, N, K, n);
-    if (n < n1) rows<1, M>(x, w, y, N, K, n);
+    for (; n + R_OF(M) <= n1; n += R_OF(M)) rows<R_OF(M), M>(x, w, y, N, K, n);
+    for (; n < n1; ++n) rows<1, M>(x, w, y, N, K, n);
 }
 template <int M>
 void rows_range(const float* xp, const uint16_t* w, float* y, int64_t N, int64_t K, int64_t n0, int64_t n1) {
