@@ -26,6 +26,7 @@ import torch
 
 from llm_engine import LLMEngine, SamplingParams
 from llm_engine.model import weight_bytes
+from parley.assets import model_path
 
 VARIANTS = {"ours": {}, "ours_torch_linear": {"linear_backend": "torch"}, "ours_bf16": {"weight_format": "bf16"}}
 
@@ -81,6 +82,20 @@ def hf_decode(model, prompt: list[int], batch: int, n: int) -> float:
     return batch * (n - 1) / (tn - t1)
 
 
+def llama_cpp_decode(path, prompt: list[int], n: int, threads: int) -> float:
+    """llama.cpp on the same GGUF file (its own quantized weights, as shipped): greedy decode
+    tok/s after the prompt, batch 1."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+    llm.reset()
+    llm.eval(prompt)
+    t = time.perf_counter()
+    for _ in range(n - 1):
+        llm.eval([llm.sample(temp=0.0)])
+    return (n - 1) / (time.perf_counter() - t)
+
+
 def greedy_agreement(a: LLMEngine, b: LLMEngine, n: int = 48) -> dict:
     """Tokens until the first difference, per committed voice prompt (last user turn)."""
     spec = json.loads((Path(__file__).parent / "data" / "voice_prompts.json").read_text())
@@ -106,14 +121,12 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
     if with_hf:
         from transformers import AutoModelForCausalLM
 
-        from parley.assets import model_path
-
         p = model_path("smollm2-135m-instruct")
         hf = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32).eval()
     res: dict = {"weight_bytes": wbytes, "bf16_weight_bytes": weight_bytes(engines["ours_bf16"].model),
                  "n_tokens": n, "llama_cpp": None, "by_threads": {}}
-    if importlib.util.find_spec("llama_cpp") is None:
-        res["llama_cpp"] = "not installed: skipped"
+    have_llama_cpp = importlib.util.find_spec("llama_cpp") is not None
+    res["llama_cpp"] = "measured" if have_llama_cpp else "not installed: skipped"
     for th in threads:
         torch.set_num_threads(th)
         bw = bandwidth_gbs()
@@ -135,6 +148,10 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
             r["hf_b8_tok_s"] = hf_decode(hf, chat, 8, n)
             r["ours_vs_hf_b1"] = r["ours_b1_tok_s"] / r["hf_b1_tok_s"]
             r["ours_bf16_vs_hf_b1"] = r["ours_bf16_b1_tok_s"] / r["hf_b1_tok_s"]
+        if have_llama_cpp:
+            r["llama_cpp_b1_tok_s"] = statistics.median(
+                llama_cpp_decode(model_path("smollm2-135m-instruct"), chat, n, th) for _ in range(3))
+            r["ours_bf16_vs_llama_cpp_b1"] = r["ours_bf16_b1_tok_s"] / r["llama_cpp_b1_tok_s"]
         r["ours_vs_floor_b1"] = r["ours_b1_tok_s"] / r["floor_tok_s"]
         r["ours_vs_torch_linear_b1"] = r["ours_b1_tok_s"] / r["ours_torch_linear_b1_tok_s"]
         r["bf16_floor_tok_s"] = bw * 1e9 / res["bf16_weight_bytes"]
@@ -157,7 +174,7 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
 def table(res: dict) -> str:
     keys = ["bandwidth_gbs", "floor_tok_s", "ours_b1_tok_s", "ours_torch_linear_b1_tok_s", "hf_b1_tok_s",
             "ours_vs_hf_b1", "ours_vs_torch_linear_b1", "ours_vs_floor_b1", "ours_bf16_b1_tok_s", "bf16_floor_tok_s",
-            "ours_bf16_vs_hf_b1", "ours_b8_tok_s", "ours_bf16_b8_tok_s", "hf_b8_tok_s", "ttft_cold_512_s",
+            "ours_bf16_vs_hf_b1", "llama_cpp_b1_tok_s", "ours_bf16_vs_llama_cpp_b1", "ours_b8_tok_s", "ours_bf16_b8_tok_s", "hf_b8_tok_s", "ttft_cold_512_s",
             "ttft_hit_512p16_s", "prefix_hit_over_cold"]
     ths = list(res["by_threads"])
     lines = ["| metric | " + " | ".join(f"{t} thread(s)" for t in ths) + " |", "|---|" + "---|" * len(ths)]

@@ -125,21 +125,26 @@ def test_linear_without_the_kernel_takes_onednn(monkeypatch):
         torch.testing.assert_close(lin(x), x @ lin.weight.t())
 
 
-def test_portable_build_without_avx512_matches_ref(tmp_path, monkeypatch):
-    """A CPU without AVX-512 gets the plain-C++ loops: build them here and check them."""
+@pytest.mark.parametrize("march", ["-march=x86-64-v2", "-march=native -mno-avx512bf16"])
+def test_other_cpu_builds_match_ref(march, tmp_path, monkeypatch):
+    """CPUs without AVX-512 (plain C++ loops) or without AVX512-BF16 (bf16 widened to fp32):
+    build those variants here and check them against the reference."""
     import ctypes
     import platform
 
     if platform.machine() != "x86_64":
-        pytest.skip("the portable-path build flags below are x86-64 ones")
-    flags = tuple("-march=x86-64-v2" if f == "-march=native" else f for f in native_mod.FLAGS)
-    monkeypatch.setattr(native_mod, "FLAGS", flags)
+        pytest.skip("the build flags below are x86-64 ones")
+    flags = []
+    for f in native_mod.FLAGS:
+        flags += march.split() if f == "-march=native" else [f]
+    monkeypatch.setattr(native_mod, "FLAGS", tuple(flags))
     lib = ctypes.CDLL(str(build(CSRC / "cpu_gemv.cpp", tmp_path)))
-    assert lib.parley_gemv_has_avx512() == 0
+    assert lib.parley_gemv_has_avx512() == (0 if "x86-64-v2" in march else 1)
     a = native_mod
     for name, dtype in (("parley_gemv_f32", torch.float32), ("parley_gemv_bf16", torch.bfloat16)):
         fn = a.bind(lib, name, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I32)
-        x, w, y = torch.randn(3, 37), torch.randn(11, 37).to(dtype), torch.empty(3, 11)
-        fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), 3, 11, 37, 2)
-        assert_close_verbose(y, cpu_gemv_ref(x, w), f"portable {name}", dtype=torch.float32)
-    ctypes.CDLL(str(build(CSRC / "cpu_decode_ops.cpp", tmp_path)))  # builds without AVX-512 too
+        for rows in (1, 5):
+            x, w, y = torch.randn(rows, 37), torch.randn(11, 37).to(dtype), torch.empty(rows, 11)
+            fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, 11, 37, 2)
+            assert_close_verbose(y, cpu_gemv_ref(x, w), f"{march} {name} rows={rows}", dtype=torch.float32)
+    ctypes.CDLL(str(build(CSRC / "cpu_decode_ops.cpp", tmp_path)))  # the decode ops build there too
