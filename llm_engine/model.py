@@ -14,6 +14,7 @@ import kernels
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
 from llm_engine.cpu_attention import cpu_attention
+from llm_engine.cpu_layer import FusedLayer, fused_kernel_available, step_struct
 from llm_engine.linear import Linear
 from llm_engine.rope import rope_tables
 
@@ -33,9 +34,14 @@ class DecoderLayer(nn.Module):
         self.post_norm = nn.Parameter(torch.ones(h))
         self.scale = self.d**-0.5
         self.sdpa_decode = True  # CPU decode/verify via llm_engine.cpu_attention; False: kernels' dispatch
+        self.fused = FusedLayer()  # the whole layer in one C++ call on CPU decode/verify steps
 
-    def forward(self, h, residual, meta: AttentionMetadata, kv, cos, sin, backend: str):
-        # h, residual: [T, H]; kv: (k_cache, v_cache) each [NB, BS, Hk, D]
+    def forward(self, h, residual, meta: AttentionMetadata, kv, cos, sin, backend: str, step=None):
+        # h, residual: [T, H]; kv: (k_cache, v_cache) each [NB, BS, Hk, D]; step: the fused
+        # CPU kernel's metadata (LlamaModel.forward builds it when the step qualifies)
+        out = self.fused.forward(self, h, residual, step, kv)
+        if out is not None:
+            return out
         if residual is None:
             residual = h
             h = kernels.rms_norm(h, self.input_norm, self.eps, backend=backend)
@@ -75,6 +81,7 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         for layer in self.layers:
             layer.sdpa_decode = sdpa_decode
+        self.cpu_fused_layers = True  # False: the per-op path on CPU decode steps too (tests)
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -96,10 +103,18 @@ class LlamaModel(nn.Module):
         (the feature the speculative EAGLE head drafts from)."""
         h = self.embed_tokens(input_ids)
         residual = None
+        step, _keep = self._fused_step(input_ids, meta, kv_caches)
         for layer, kv in zip(self.layers, kv_caches):
-            h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend)
+            h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend, step)
         h, prenorm = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
         return (h, prenorm) if return_prenorm else h
+
+    def _fused_step(self, input_ids, meta, kv_caches):
+        """The fused CPU layer kernel's step metadata, or (None, None) when it does not apply."""
+        if (not self.cpu_fused_layers or self.backend != "auto" or input_ids.is_cuda or not meta.seq_lens
+                or input_ids.shape[0] > 8 or not self.layers[0].sdpa_decode or not fused_kernel_available()):
+            return None, None
+        return step_struct(meta, self.cos, self.sin, kv_caches[0][0].shape[1])
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, V] fp32
