@@ -5,8 +5,9 @@ Reports decode tok/s at batch 1 and 8, TTFT for a 512-token prompt cold and with
 prefix-cache hit + 16 new tokens, peak RSS, RSS drift over many requests, and the
 weight-streaming floor (decode weight bytes / memory bandwidth measured here). Our engine
 runs three ways: fp32 (the default), fp32 with `linear_backend="torch"` (plain F.linear, the
-route before llm_engine.linear), and bf16 weights (`weight_format="bf16"`), whose greedy
-tokens are compared with fp32's on the committed voice prompts. llama.cpp (llama_cpp) is
+route before llm_engine.linear), and bf16 weights (`weight_format="bf16"`) and int8 weights
+with int8 activations (`weight_format="int8"`), whose greedy tokens are compared with fp32's
+on the committed voice prompts. llama.cpp (llama_cpp) is
 measured only when importable.
 
     python -m benchmarks.llm_engine --threads 1 2 --json out.json
@@ -28,7 +29,8 @@ from llm_engine import LLMEngine, SamplingParams
 from llm_engine.model import weight_bytes
 from parley.assets import model_path
 
-VARIANTS = {"ours": {}, "ours_torch_linear": {"linear_backend": "torch"}, "ours_bf16": {"weight_format": "bf16"}}
+VARIANTS = {"ours": {}, "ours_torch_linear": {"linear_backend": "torch"}, "ours_bf16": {"weight_format": "bf16"},
+            "ours_int8": {"weight_format": "int8"}}
 
 
 def rss_mb() -> float:
@@ -124,6 +126,7 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
         p = model_path("smollm2-135m-instruct")
         hf = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32).eval()
     res: dict = {"weight_bytes": wbytes, "bf16_weight_bytes": weight_bytes(engines["ours_bf16"].model),
+                 "int8_weight_bytes": weight_bytes(engines["ours_int8"].model),
                  "n_tokens": n, "llama_cpp": None, "by_threads": {}}
     have_llama_cpp = importlib.util.find_spec("llama_cpp") is not None
     res["llama_cpp"] = "measured" if have_llama_cpp else "not installed: skipped"
@@ -152,6 +155,7 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
             r["llama_cpp_b1_tok_s"] = statistics.median(
                 llama_cpp_decode(model_path("smollm2-135m-instruct"), chat, n, th) for _ in range(3))
             r["ours_bf16_vs_llama_cpp_b1"] = r["ours_bf16_b1_tok_s"] / r["llama_cpp_b1_tok_s"]
+            r["ours_int8_vs_llama_cpp_b1"] = r["ours_int8_b1_tok_s"] / r["llama_cpp_b1_tok_s"]
         r["ours_vs_floor_b1"] = r["ours_b1_tok_s"] / r["floor_tok_s"]
         r["ours_vs_torch_linear_b1"] = r["ours_b1_tok_s"] / r["ours_torch_linear_b1_tok_s"]
         r["bf16_floor_tok_s"] = bw * 1e9 / res["bf16_weight_bytes"]
@@ -160,6 +164,7 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
         print(f"threads={th}: " + json.dumps(r), flush=True)
     torch.set_num_threads(threads[0])
     res["bf16_vs_fp32_greedy"] = greedy_agreement(engine, engines["ours_bf16"])
+    res["int8_vs_fp32_greedy"] = greedy_agreement(engine, engines["ours_int8"])
     before = rss_mb()
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     for i in range(flat_requests):
@@ -174,8 +179,9 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
 def table(res: dict) -> str:
     keys = ["bandwidth_gbs", "floor_tok_s", "ours_b1_tok_s", "ours_torch_linear_b1_tok_s", "hf_b1_tok_s",
             "ours_vs_hf_b1", "ours_vs_torch_linear_b1", "ours_vs_floor_b1", "ours_bf16_b1_tok_s", "bf16_floor_tok_s",
-            "ours_bf16_vs_hf_b1", "llama_cpp_b1_tok_s", "ours_bf16_vs_llama_cpp_b1", "ours_b8_tok_s", "ours_bf16_b8_tok_s", "hf_b8_tok_s", "ttft_cold_512_s",
-            "ttft_hit_512p16_s", "prefix_hit_over_cold"]
+            "ours_bf16_vs_hf_b1", "ours_int8_b1_tok_s", "llama_cpp_b1_tok_s", "ours_bf16_vs_llama_cpp_b1",
+            "ours_int8_vs_llama_cpp_b1", "ours_b8_tok_s", "ours_bf16_b8_tok_s", "ours_int8_b8_tok_s", "hf_b8_tok_s",
+            "ttft_cold_512_s", "ttft_hit_512p16_s", "prefix_hit_over_cold"]
     ths = list(res["by_threads"])
     lines = ["| metric | " + " | ".join(f"{t} thread(s)" for t in ths) + " |", "|---|" + "---|" * len(ths)]
     for k in keys:
@@ -184,10 +190,12 @@ def table(res: dict) -> str:
     lines.append(f"\npeak RSS {res['peak_rss_mb']:.0f} MB; RSS over {res['flat_requests']} requests: "
                  f"{res['rss_before_mb']:.0f} -> {res['rss_after_mb']:.0f} MB; KV cache {res['kv_cache_mb']:.0f} MB;"
                  f" weights streamed per token {res['weight_bytes'] / 1e6:.0f} MB (bf16:"
-                 f" {res['bf16_weight_bytes'] / 1e6:.0f} MB); llama.cpp: {res['llama_cpp']}")
-    g = res["bf16_vs_fp32_greedy"]
-    lines.append(f"bf16 vs fp32 greedy ({g['prompts']} prompts, 48 tokens): {g['identical']} identical;"
-                 f" tokens before divergence {g['tokens_before_divergence']}")
+                 f" {res['bf16_weight_bytes'] / 1e6:.0f} MB, int8: {res['int8_weight_bytes'] / 1e6:.0f} MB);"
+                 f" llama.cpp: {res['llama_cpp']}")
+    for fmt in ("bf16", "int8"):
+        g = res[f"{fmt}_vs_fp32_greedy"]
+        lines.append(f"{fmt} vs fp32 greedy ({g['prompts']} prompts, 48 tokens): {g['identical']} identical;"
+                     f" tokens before divergence {g['tokens_before_divergence']}")
     return "\n".join(lines)
 
 

@@ -25,7 +25,8 @@ def _kernels():
     if lib is None:
         return None
     return {torch.float32: bind(lib, "parley_gemv_f32", P, P, P, I64, I64, I64, I32),
-            torch.bfloat16: bind(lib, "parley_gemv_bf16", P, P, P, I64, I64, I64, I32)}
+            torch.bfloat16: bind(lib, "parley_gemv_bf16", P, P, P, I64, I64, I64, I32),
+            torch.int8: bind(lib, "parley_gemv_i8", P, P, P, P, P, I64, I64, I64, I32)}
 
 
 def cpu_gemv_available() -> bool:
@@ -65,6 +66,43 @@ def gemv_checked(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     y = torch.empty(m, n, dtype=torch.float32)
     _kernels()[w.dtype](x.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
     return y
+
+
+def cpu_gemv_i8(
+    x: torch.Tensor,  # [M, K] fp32, 1 <= M <= 8
+    w: torch.Tensor,  # [N, K] int8, contiguous
+    scale: torch.Tensor,  # [N] fp32: row n of the real weight is scale[n] * w[n]
+    wsum: torch.Tensor,  # [N] int32: sum_k w[n, k] (see csrc/cpu_gemv.cpp)
+) -> torch.Tensor:  # [M, N] fp32
+    """int8 weights x int8-quantized activations (per-row absmax), exact int32 sums."""
+    if x.dtype != torch.float32 or x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
+        raise ValueError(f"cpu_gemv_i8: x fp32 [M, K] with 1..{MAX_ROWS} rows expected, got {tuple(x.shape)}")
+    if w.dtype != torch.int8 or w.dim() != 2 or w.shape[1] != x.shape[1] or not w.is_contiguous():
+        raise ValueError(f"cpu_gemv_i8: w contiguous int8 [N, K] expected, got {w.dtype} {tuple(w.shape)}")
+    n = w.shape[0]
+    if scale.dtype != torch.float32 or wsum.dtype != torch.int32 or scale.shape != (n,) or wsum.shape != (n,):
+        raise ValueError("cpu_gemv_i8: scale fp32 [N] and wsum int32 [N] expected")
+    fns = _kernels()
+    if fns is None:
+        raise RuntimeError("the CPU gemv kernel could not be built (see the log)")
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], n, dtype=torch.float32)
+    fns[torch.int8](x.data_ptr(), w.data_ptr(), scale.contiguous().data_ptr(), wsum.contiguous().data_ptr(),
+                    y.data_ptr(), x.shape[0], n, x.shape[1], torch.get_num_threads())
+    return y
+
+
+def quantize_rows_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] fp32 -> (q [M, K] integer-valued fp32 in [-127, 127], xs [M, 1]): the
+    kernel's activation quantization (round half to even), op for op."""
+    xs = x.abs().amax(dim=1, keepdim=True) / 127.0
+    xs = torch.where(xs > 0, xs, torch.ones_like(xs))
+    return torch.round(x / xs), xs
+
+
+def cpu_gemv_i8_ref(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    q, xs = quantize_rows_ref(x.float())
+    return ((q.double() @ w.double().t()) * xs.double() * scale.double()[None, :]).float()
 
 
 def cpu_gemv_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # [M, K], [N, K] -> [M, N]

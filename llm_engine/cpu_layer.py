@@ -17,14 +17,38 @@ from kernels.cpu_gemv import MAX_ROWS
 from kernels.cpu_native import library
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.linear import Linear
+from llm_engine.quant import Int8Linear
 
 _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 
+class _Linear(ctypes.Structure):
+    _fields_ = [("w", _P), ("scale", _P), ("wsum", _P)]
+
+
 class _Weights(ctypes.Structure):
-    _fields_ = [("w_qkv", _P), ("b_qkv", _P), ("w_o", _P), ("w_gate_up", _P), ("w_down", _P),
-                ("input_norm", _P), ("post_norm", _P), ("bf16", _I64), ("hidden", _I64), ("hq", _I64),
+    _fields_ = [("qkv", _Linear), ("o", _Linear), ("gate_up", _Linear), ("down", _Linear), ("b_qkv", _P),
+                ("input_norm", _P), ("post_norm", _P), ("wtype", _I64), ("hidden", _I64), ("hq", _I64),
                 ("hk", _I64), ("d", _I64), ("inter", _I64), ("eps", _F), ("scale", _F)]
+
+
+WTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+
+
+def _linear_ok(lin, dtype) -> bool:
+    """A linear the kernel takes: our Linear on the auto route, or an Int8Linear."""
+    w = lin.weight
+    if w.dtype != dtype or not w.is_contiguous() or w.device.type != "cpu":
+        return False
+    if dtype == torch.int8:
+        return isinstance(lin, Int8Linear)
+    return isinstance(lin, Linear) and lin.backend == "auto"
+
+
+def _linear_struct(lin) -> _Linear:
+    if isinstance(lin, Int8Linear):
+        return _Linear(lin.weight.data_ptr(), lin.scale.data_ptr(), lin.wsum.data_ptr())
+    return _Linear(lin.weight.data_ptr(), 0, 0)
 
 
 class _Step(ctypes.Structure):
@@ -70,24 +94,23 @@ class FusedLayer:
 
     def _struct(self, ly) -> _Weights | None:
         lins = (ly.qkv_proj, ly.o_proj, ly.gate_up_proj, ly.down_proj)
-        key = tuple((lin.weight.data_ptr(), lin.weight.dtype, getattr(lin, "backend", None)) for lin in lins)
+        key = tuple((type(lin), lin.weight.data_ptr(), lin.weight.dtype, getattr(lin, "backend", None)) for lin in lins)
         if key == self._key:
             return self._weights
         self._key, self._weights = key, None
         dtype = lins[0].weight.dtype
-        ok = (all(isinstance(lin, Linear) and lin.backend == "auto" and lin.weight.dtype == dtype
-                  and lin.weight.is_contiguous() and lin.weight.device.type == "cpu" for lin in lins)
-              and dtype in (torch.float32, torch.bfloat16) and all(lin.bias is None for lin in lins[1:])
+        ok = (dtype in WTYPES and all(_linear_ok(lin, dtype) for lin in lins)
+              and all(lin.bias is None for lin in lins[1:])
               and ly.input_norm.dtype == ly.post_norm.dtype == torch.float32)
         if ok and _kernel() is not None:
             b = ly.qkv_proj.bias
             if b is not None and b.dtype != torch.float32:
                 self._bias = b.float().contiguous()  # kept alive with the struct
                 b = self._bias
-            self._weights = _Weights(*(lin.weight.data_ptr() for lin in lins[:1]), 0 if b is None else b.data_ptr(),
-                                     *(lin.weight.data_ptr() for lin in lins[1:]), ly.input_norm.data_ptr(),
-                                     ly.post_norm.data_ptr(), int(dtype == torch.bfloat16), ly.input_norm.shape[0],
-                                     ly.hq, ly.hk, ly.d, ly.down_proj.in_features, ly.eps, ly.scale)
+            self._weights = _Weights(*(_linear_struct(lin) for lin in lins), 0 if b is None else b.data_ptr(),
+                                     ly.input_norm.data_ptr(), ly.post_norm.data_ptr(), WTYPES[dtype],
+                                     ly.input_norm.shape[0], ly.hq, ly.hk, ly.d, ly.down_proj.in_features, ly.eps,
+                                     ly.scale)
         return self._weights
 
     def forward(self, ly, h: torch.Tensor, residual: torch.Tensor | None, step: _Step | None,

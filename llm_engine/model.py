@@ -154,12 +154,14 @@ class LlamaModel(nn.Module):
 
 
 def weight_bytes(model: LlamaModel) -> int:
-    """Bytes of weights one decode step streams: every layer weight and the LM head; the
-    embedding only where it is the LM head (a lookup reads one row)."""
+    """Bytes of weights one decode step streams: every layer weight and the LM head (int8
+    formats keep theirs as buffers); the embedding only where it is the LM head (a lookup reads
+    one row); not the rope tables."""
     embed = model.embed_tokens.weight
+    tables = {id(model.cos), id(model.sin)}
     seen, total = set(), 0
-    for p in model.parameters():
-        if id(p) in seen or (p is embed and model.lm_head.weight is not embed):
+    for p in [*model.parameters(), *model.buffers()]:
+        if id(p) in seen or id(p) in tables or (p is embed and model.lm_head.weight is not embed):
             continue
         seen.add(id(p))
         total += p.numel() * p.element_size()

@@ -1,53 +1,60 @@
 """Lower-precision linear weights for the CPU (behind EngineConfig.weight_format).
 
-"bf16": weights stored in bf16 (half the bytes), activations cast around the matmul
-(llm_engine.linear.Linear: its compute dtype is its weight's).
-"int8": per-output-channel symmetric int8 weights with fp32 scales; the matmul dequantizes
-inside a torch.compile'd function so the weights are read as int8 (a quarter of the bytes).
+"bf16": weights stored in bf16 (half the bytes); llm_engine.linear.Linear computes with
+activations rounded to bf16, exact products and fp32 sums.
+"int8": per-output-channel symmetric int8 weights with fp32 scales, and per-row int8
+activations, as llama.cpp's Q8 path does: kernels.cpu_gemv_i8 sums the integer products
+exactly with AVX512-VNNI (a quarter of fp32's bytes, 64 multiply-adds an instruction).
 Decode is weight-bandwidth bound (538 MB fp32 per token for SmolLM2-135M), so fewer bytes
-is the only way past the fp32 floor; whether a given kernel gets there is measured in
-benchmarks/llm_engine.py, not assumed.
+is the only way past the fp32 floor; what each format gains and how far its greedy output
+drifts from fp32 is measured in benchmarks/llm_engine.py, not assumed.
 """
 
 from __future__ import annotations
 
-import functools
+from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from kernels.cpu_gemv import MAX_ROWS, cpu_gemv_available, cpu_gemv_i8, quantize_rows_ref
 from llm_engine.linear import Linear
-from llm_engine.model import LlamaModel
+
+if TYPE_CHECKING:
+    from llm_engine.model import LlamaModel
 
 
 def bf16_linear(lin: nn.Linear) -> Linear:
     return Linear.converted(lin, torch.bfloat16)
 
 
-@functools.cache
-def _int8_mm():
-    def mm(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return (x @ w.to(x.dtype).t()) * scale
-
-    return torch.compile(mm, dynamic=True)
-
-
 class Int8Linear(nn.Module):
     def __init__(self, lin: nn.Linear) -> None:
         super().__init__()
+        self.in_features, self.out_features = lin.in_features, lin.out_features
         w = lin.weight.detach().float()  # [out, in]
         scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # [out]
-        self.register_buffer("weight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        self.register_buffer("weight", q)
         self.register_buffer("scale", scale)
-        self.bias = None if lin.bias is None else nn.Parameter(lin.bias.detach().clone(), requires_grad=False)
+        self.register_buffer("wsum", q.to(torch.int32).sum(dim=1).to(torch.int32))  # [out]
+        self.bias = None if lin.bias is None else nn.Parameter(lin.bias.detach().float().clone(), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = _int8_mm()(x, self.weight, self.scale)
-        return y if self.bias is None else y + self.bias
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] fp32 -> [..., out]
+        x2 = x.reshape(-1, self.in_features).float()
+        if x.device.type == "cpu" and 0 < x2.shape[0] <= MAX_ROWS and cpu_gemv_available():
+            y = cpu_gemv_i8(x2, self.weight, self.scale, self.wsum)
+        else:  # prefill (or no kernel): the same quantization, sums in fp32 (exact below 2^24)
+            q, xs = quantize_rows_ref(x2)
+            y = F.linear(q, self.weight.float()) * xs * self.scale
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
 def quantize_model(model: LlamaModel, fmt: str) -> LlamaModel:
-    """Replace the layers' and the LM head's nn.Linear in place (the embedding stays fp32)."""
+    """Replace the layers' and the LM head's linears in place (the embedding stays fp32)."""
     cls = {"bf16": bf16_linear, "int8": Int8Linear}.get(fmt)
     if cls is None:
         raise ValueError(f"weight format must be bf16 or int8, got {fmt!r}")

@@ -11,7 +11,7 @@ import torch
 import kernels.cpu_native as native_mod
 import llm_engine.linear as linear_mod
 from kernels._testing import assert_close_verbose
-from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_ref
+from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_i8, cpu_gemv_i8_ref, cpu_gemv_ref
 from kernels.cpu_native import CSRC, NativeBuildError, build
 from llm_engine.linear import Linear
 
@@ -49,6 +49,48 @@ def test_gemv_threads_split_rows_without_changing_results(dtype):
     finally:
         torch.set_num_threads(old)
     assert torch.equal(one, two)  # each output is one thread's sum either way
+
+
+def _i8(n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    return w, torch.rand(n, generator=g) + 0.01, w.to(torch.int32).sum(1).to(torch.int32)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8])
+@pytest.mark.parametrize("n, k", [(1, 64), (7, 37), (64, 576), (33, 1536), (9, 100)])
+def test_gemv_i8_matches_ref(rows, n, k):
+    _require_kernel()
+    w, scale, wsum = _i8(n, k, rows + n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
+    x[0, :] = 0.0 if rows > 1 else x[0, :]  # an all-zero row quantizes with scale 1, gives 0
+    assert_close_verbose(cpu_gemv_i8(x, w, scale, wsum), cpu_gemv_i8_ref(x, w, scale), f"gemv_i8 {rows}x{k}",
+                         dtype=torch.float32)
+
+
+def test_gemv_i8_rows_and_threads_do_not_change_a_row():
+    _require_kernel()
+    w, scale, wsum = _i8(1001, 576, 0)
+    x = torch.randn(8, 576)
+    one = cpu_gemv_i8(x[:1], w, scale, wsum)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for rows in (1, 3, 8):
+                assert torch.equal(cpu_gemv_i8(x[:rows], w, scale, wsum)[:1], one), (threads, rows)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_gemv_i8_rejects_bad_inputs():
+    w, scale, wsum = _i8(4, 8, 0)
+    with pytest.raises(ValueError, match="rows"):
+        cpu_gemv_i8(torch.randn(9, 8), w, scale, wsum)
+    with pytest.raises(ValueError, match="int8"):
+        cpu_gemv_i8(torch.randn(1, 8), w.float(), scale, wsum)
+    with pytest.raises(ValueError, match="wsum int32"):
+        cpu_gemv_i8(torch.randn(1, 8), w, scale, wsum.long())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -125,7 +167,7 @@ def test_linear_without_the_kernel_takes_onednn(monkeypatch):
         torch.testing.assert_close(lin(x), x @ lin.weight.t())
 
 
-@pytest.mark.parametrize("march", ["-march=x86-64-v2", "-march=native -mno-avx512bf16"])
+@pytest.mark.parametrize("march", ["-march=x86-64-v2", "-march=native -mno-avx512bf16 -mno-avx512vnni"])
 def test_other_cpu_builds_match_ref(march, tmp_path, monkeypatch):
     """CPUs without AVX-512 (plain C++ loops) or without AVX512-BF16 (bf16 widened to fp32):
     build those variants here and check them against the reference."""
@@ -147,4 +189,9 @@ def test_other_cpu_builds_match_ref(march, tmp_path, monkeypatch):
             x, w, y = torch.randn(rows, 37), torch.randn(11, 37).to(dtype), torch.empty(rows, 11)
             fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, 11, 37, 2)
             assert_close_verbose(y, cpu_gemv_ref(x, w), f"{march} {name} rows={rows}", dtype=torch.float32)
+    fn = a.bind(lib, "parley_gemv_i8", a.P, a.P, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I32)
+    w, scale, wsum = _i8(11, 100, 1)
+    x, y = torch.randn(3, 100), torch.empty(3, 11)
+    fn(x.data_ptr(), w.data_ptr(), scale.data_ptr(), wsum.data_ptr(), y.data_ptr(), 3, 11, 100, 2)
+    assert_close_verbose(y, cpu_gemv_i8_ref(x, w, scale), f"{march} gemv_i8", dtype=torch.float32)
     ctypes.CDLL(str(build(CSRC / "cpu_decode_ops.cpp", tmp_path)))  # the decode ops build there too

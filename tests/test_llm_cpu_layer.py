@@ -43,7 +43,7 @@ def _hidden(engine, seqs, feeds, fused: bool):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-@pytest.mark.parametrize("weight_format", ["fp32", "bf16"])
+@pytest.mark.parametrize("weight_format", ["fp32", "bf16", "int8"])
 def test_fused_matches_per_op_on_decode_and_verify(tmp_path, monkeypatch, name, weight_format):
     make_tiny_llama(tmp_path, **CONFIGS[name])
     engine = _engine(tmp_path, weight_format=weight_format)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import llm_engine.linear as linear_mod
+from kernels.cpu_gemv import cpu_gemv_i8_ref
 from llm_engine.linear import Linear, onednn_available, set_linear_backend
 from llm_engine.quant import Int8Linear, bf16_linear
 
@@ -73,6 +74,21 @@ def test_bf16_linear_close_to_fp32_and_keeps_source():
     assert got.dtype == torch.float32 and got.shape == ref.shape
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
     assert torch.equal(lin.weight, before)  # a tied embedding would be untouched
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("rows", [1, 3, 8, 12])
+@pytest.mark.parametrize("k", [576, 100, 37])
+def test_int8_linear_matches_its_reference_and_stays_close_to_fp32(rows, k):
+    torch.manual_seed(rows + k)
+    lin = nn.Linear(k, 50, bias=True)
+    q = Int8Linear(lin)
+    x = torch.randn(rows, k)
+    with torch.inference_mode():
+        got, exact = q(x), lin(x)
+    ref = cpu_gemv_i8_ref(x, q.weight, q.scale) + lin.bias  # the kernel's arithmetic in float64
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
+    assert (got - exact).abs().max() < 0.03 * exact.abs().max()  # two 8-bit roundings
 
 
 @pytest.mark.unit

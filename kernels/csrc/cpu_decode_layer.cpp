@@ -12,15 +12,18 @@
 
 extern "C" {
 
-struct ParleyLayerWeights {  // one layer; weights row-major [out, in], fp32 or bf16 bits
-    const void* w_qkv;
-    const float* b_qkv;  // [(hq + 2 hk) d] or null
-    const void* w_o;
-    const void* w_gate_up;
-    const void* w_down;
+struct ParleyLinear {  // row-major [out, in]: fp32, bf16 bits, or int8 with scale/wsum [out]
+    const void* w;
+    const float* scale;
+    const int32_t* wsum;
+};
+
+struct ParleyLayerWeights {  // one layer
+    ParleyLinear qkv, o, gate_up, down;
+    const float* b_qkv;       // [(hq + 2 hk) d] or null
     const float* input_norm;  // [H]
     const float* post_norm;   // [H]
-    int64_t bf16;             // 1: the four weights are bf16 bits
+    int64_t wtype;            // 0: fp32, 1: bf16, 2: int8 (all four linears alike)
     int64_t hidden, hq, hk, d, inter;
     float eps, scale;
 };
@@ -37,12 +40,14 @@ struct ParleyStep {  // this step's attention metadata (see llm_engine.attention
     int64_t threads;
 };
 
-static void layer_gemv(const ParleyLayerWeights* L, const float* x, const void* w, float* y, int64_t M, int64_t N,
-                       int64_t K, int threads) {
-    if (L->bf16)
-        parley_gemv_bf16(x, static_cast<const uint16_t*>(w), y, M, N, K, threads);
+static void layer_gemv(const ParleyLayerWeights* L, const float* x, const ParleyLinear& lin, float* y, int64_t M,
+                       int64_t N, int64_t K, int threads) {
+    if (L->wtype == 2)
+        parley_gemv_i8(x, static_cast<const int8_t*>(lin.w), lin.scale, lin.wsum, y, M, N, K, threads);
+    else if (L->wtype == 1)
+        parley_gemv_bf16(x, static_cast<const uint16_t*>(lin.w), y, M, N, K, threads);
     else
-        parley_gemv_f32(x, static_cast<const float*>(w), y, M, N, K, threads);
+        parley_gemv_f32(x, static_cast<const float*>(lin.w), y, M, N, K, threads);
 }
 
 // h [T, H] in; residual [T, H] or null (first layer); h_out, res_out [T, H] out.
@@ -64,7 +69,7 @@ void parley_decode_layer(const ParleyLayerWeights* L, const ParleyStep* S, float
 
     parley_rms_norm(h, residual, L->input_norm, normed, r1, T, H, L->eps);
     const float* res1 = residual ? r1 : h;
-    layer_gemv(L, normed, L->w_qkv, qkv, T, qkv_n, H, threads);
+    layer_gemv(L, normed, L->qkv, qkv, T, qkv_n, H, threads);
     if (L->b_qkv)
         for (int64_t t = 0; t < T; ++t)
             for (int64_t i = 0; i < qkv_n; ++i) qkv[t * qkv_n + i] += L->b_qkv[i];
@@ -72,14 +77,14 @@ void parley_decode_layer(const ParleyLayerWeights* L, const ParleyStep* S, float
     parley_store_kv(k, qkv + (hq + hk) * d, kc, vc, S->slots, T, hk * d, hk * d, qkv_n);
     parley_paged_attention(q, kc, vc, S->tables, S->cu, S->ctx, o, S->B, S->max_blocks, S->block_size, hq, hk, d,
                            L->scale, threads);
-    layer_gemv(L, o, L->w_o, h2, T, H, hq * d, threads);
+    layer_gemv(L, o, L->o, h2, T, H, hq * d, threads);
     parley_rms_norm(h2, res1, L->post_norm, normed, res_out, T, H, L->eps);
-    layer_gemv(L, normed, L->w_gate_up, gu, T, 2 * I, H, threads);
+    layer_gemv(L, normed, L->gate_up, gu, T, 2 * I, H, threads);
     for (int64_t t = 0; t < T; ++t) {
         const float* g = gu + t * 2 * I;
         for (int64_t i = 0; i < I; ++i) act[t * I + i] = g[i] / (1.f + expf(-g[i])) * g[I + i];
     }
-    layer_gemv(L, act, L->w_down, h_out, T, H, I, threads);
+    layer_gemv(L, act, L->down, h_out, T, H, I, threads);
     free(buf);
 }
 }

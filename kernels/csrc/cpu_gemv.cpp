@@ -10,6 +10,7 @@
 // Built by kernels/cpu_native.py with the host compiler (-O3 -march=native -fopenmp); plain
 // C ABI, called through ctypes on tensors' data pointers.
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -40,6 +41,7 @@ inline uint16_t f32_to_bf16(float f) {
 
 inline float to_f32(float v) { return v; }
 inline float to_f32(uint16_t v) { return bf16_to_f32(v); }
+
 
 #if defined(__AVX512F__)
 // Step policies: acc[r][m] += w_r[k : k+BLOCK] . x_m[k : k+BLOCK], plain (unmasked) loads
@@ -148,6 +150,7 @@ void rows_range(const typename S::X* x, const typename S::W* w, float* y, int64_
 struct F32Step { using X = float; using W = float; };
 struct Bf16Step { using X = float; using W = uint16_t; };
 
+
 // Portable path: the compiler vectorizes the k loop for whatever -march=native offers.
 template <int M, typename S>
 void rows_range(const typename S::X* x, const typename S::W* w, float* y, int64_t N, int64_t K, int64_t n0,
@@ -230,5 +233,104 @@ void parley_gemv_bf16(const float* x, const uint16_t* w, float* y, int64_t M, in
     }
     run<Bf16Step>(xr, w, y, M, N, K, threads);
     delete[] xr;
+}
+
+}  // extern "C"
+
+// ---- int8 weights x int8 activations (the llama.cpp way) -------------------------------
+// w int8 [N, K] with a per-row scale ws[n]; each x row quantized symmetrically to int8 with
+// xs[m] = max|x[m]| / 127, q = round-half-even(x / xs); y = ws[n] * xs[m] * sum_k q w as
+// exact int32 sums. With AVX512-VNNI, vpdpbusd multiplies u8 by s8 64 at a time, so x is
+// offset by +128 and 128 * sum_k w[n, k] (wsum, precomputed) taken back off.
+namespace {
+
+void quantize_rows(const float* x, int8_t* q, float* xs, int64_t M, int64_t K) {
+    for (int64_t m = 0; m < M; ++m) {
+        float amax = 0.f;
+        for (int64_t k = 0; k < K; ++k) amax = fabsf(x[m * K + k]) > amax ? fabsf(x[m * K + k]) : amax;
+        xs[m] = amax > 0.f ? amax / 127.f : 1.f;
+        for (int64_t k = 0; k < K; ++k) q[m * K + k] = static_cast<int8_t>(nearbyintf(x[m * K + k] / xs[m]));
+    }
+}
+
+template <int M>
+void i8_rows(const int8_t* q, const int8_t* w, const int32_t* wsum, int32_t* acc_out, int64_t N, int64_t K,
+             int64_t n0, int64_t n1) {
+#if defined(__AVX512VNNI__)
+    const int64_t K64 = K & ~int64_t(63);
+    const __m512i off = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t n = n0; n < n1; ++n) {
+        __m512i acc[M];
+        for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_si512();
+        const int8_t* wr = w + n * K;
+        for (int64_t k = 0; k < K64; k += 64) {
+            __m512i wv = _mm512_loadu_si512(reinterpret_cast<const void*>(wr + k));
+#pragma GCC unroll 8
+            for (int m = 0; m < M; ++m) {
+                __m512i xu = _mm512_xor_si512(_mm512_loadu_si512(reinterpret_cast<const void*>(q + m * K + k)), off);
+                acc[m] = _mm512_dpbusd_epi32(acc[m], xu, wv);  // (q + 128) . w
+            }
+        }
+        for (int m = 0; m < M; ++m) {
+            int32_t s = _mm512_reduce_add_epi32(acc[m]) - 128 * wsum[n];  // the tail below adds its offset too
+            for (int64_t k = K64; k < K; ++k) s += (static_cast<int32_t>(q[m * K + k]) + 128) * wr[k];
+            acc_out[m * N + n] = s;
+        }
+    }
+#else
+    (void)wsum;
+    for (int64_t n = n0; n < n1; ++n)
+        for (int m = 0; m < M; ++m) {
+            int32_t s = 0;
+            for (int64_t k = 0; k < K; ++k) s += static_cast<int32_t>(q[m * K + k]) * w[n * K + k];
+            acc_out[m * N + n] = s;
+        }
+#endif
+}
+
+void i8_dispatch(int M, const int8_t* q, const int8_t* w, const int32_t* wsum, int32_t* acc, int64_t N, int64_t K,
+                 int64_t n0, int64_t n1) {
+    switch (M) {
+        case 1: i8_rows<1>(q, w, wsum, acc, N, K, n0, n1); break;
+        case 2: i8_rows<2>(q, w, wsum, acc, N, K, n0, n1); break;
+        case 3: i8_rows<3>(q, w, wsum, acc, N, K, n0, n1); break;
+        case 4: i8_rows<4>(q, w, wsum, acc, N, K, n0, n1); break;
+        case 5: i8_rows<5>(q, w, wsum, acc, N, K, n0, n1); break;
+        case 6: i8_rows<6>(q, w, wsum, acc, N, K, n0, n1); break;
+        case 7: i8_rows<7>(q, w, wsum, acc, N, K, n0, n1); break;
+        default: i8_rows<8>(q, w, wsum, acc, N, K, n0, n1); break;
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+// x [M, K] fp32 (1 <= M <= 8), w [N, K] int8, ws/wsum [N] (scale, sum_k w), y [M, N] fp32.
+void parley_gemv_i8(const float* x, const int8_t* w, const float* ws, const int32_t* wsum, float* y, int64_t M,
+                    int64_t N, int64_t K, int threads) {
+    int8_t* q = new int8_t[M * K];
+    int32_t* acc = new int32_t[M * N];
+    float xs[8];
+    quantize_rows(x, q, xs, M, K);
+    if (threads <= 1) {
+        i8_dispatch(static_cast<int>(M), q, w, wsum, acc, N, K, 0, N);
+    } else {
+#pragma omp parallel num_threads(threads)
+        {
+#ifdef _OPENMP
+            int t = omp_get_thread_num();
+#else
+            int t = 0;
+            threads = 1;
+#endif
+            int64_t per = (N + threads - 1) / threads, n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
+            if (n0 < n1) i8_dispatch(static_cast<int>(M), q, w, wsum, acc, N, K, n0, n1);
+        }
+    }
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) y[m * N + n] = static_cast<float>(acc[m * N + n]) * (xs[m] * ws[n]);
+    delete[] q;
+    delete[] acc;
 }
 }
