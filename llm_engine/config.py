@@ -101,7 +101,7 @@ class EngineConfig:
     enforce_eager: bool = False  # CUDA: skip CUDA-graph capture of decode
     cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     cpu_sdpa_decode: bool = True  # CPU decode attention via torch SDPA (3x faster than the ref)
-    weight_format: str = "fp32"  # CPU: "fp32" | "bf16" | "int8" (see llm_engine.quant)
+    weight_format: str = "fp32"  # CPU: "fp32" | "bf16" | "int8" (int8 activations too; llm_engine.quant)
     linear_backend: str = "auto"  # CPU matmuls: "auto" | "onednn" | "torch" (see llm_engine.linear)
 
     def __post_init__(self) -> None:
