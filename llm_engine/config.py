@@ -100,7 +100,7 @@ class EngineConfig:
     num_threads: int | None = 1  # torch intra-op threads; None leaves torch's setting alone
     enforce_eager: bool = False  # CUDA: skip CUDA-graph capture of decode
     cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
-    cpu_sdpa_decode: bool = True  # CPU decode attention via torch SDPA (3x faster than the ref)
+    cpu_sdpa_decode: bool = True  # CPU decode/verify: llm_engine.cpu_attention + the fused layer; False: kernels
     weight_format: str = "fp32"  # CPU: "fp32" | "bf16" | "int8" (int8 activations too; llm_engine.quant)
     linear_backend: str = "auto"  # CPU matmuls: "auto" | "onednn" | "torch" (see llm_engine.linear)
 
