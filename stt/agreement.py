@@ -1,12 +1,53 @@
 """LocalAgreement-2 (as in whisper_streaming): a word is stable once two consecutive decodes of
-the growing buffer agree on it. Times are in the utterance buffer's clock (seconds)."""
+the growing buffer agree on it. Times are in the utterance buffer's clock (seconds).
+
+Every decode re-recognizes the stable words whose audio it covers; `_new_part` finds where
+they end in its words. Text alone cannot say which "no" of "no, no" a stable "no" is, and
+time alone cannot either: word boundaries of two decodes of the same audio differ by up to
+~0.4 s next to a pause (" ready." ended at 1.58 s in one decode, " ready" at 1.34 s and " it"
+at 1.34-1.64 s in the next). So the stable words are aligned to the decode's words by text,
+pairing only words whose times overlap; what follows the last aligned word is new."""
 
 from __future__ import annotations
 
 from stt.events import Word
 
-_OVERLAP_S = 0.1  # words starting this much before the stable end are re-recognitions
-_MAX_NGRAM = 5
+_OVERLAP_S = 0.1  # unaligned words starting this much before the stable end are re-recognitions
+_SLACK_S = 0.2  # two decodes' spans of one spoken word overlap to within this
+_MAX_ALIGN = 32  # stable words aligned at most (the newest ones)
+
+
+def _same_word(a: Word, b: Word) -> bool:
+    return a.norm == b.norm and b.start < a.end + _SLACK_S and b.end > a.start - _SLACK_S
+
+
+def _overlap(a: Word, b: Word) -> float:
+    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
+
+
+def align_end(stable: list[Word], words: list[Word]) -> tuple[int, int]:
+    """Longest time-consistent common subsequence of `stable` and `words` (ties: the pairing
+    whose spans overlap most). Returns (stable words aligned through, index in `words` after
+    the last aligned one); (0, 0) when nothing aligns."""
+    m, n = len(stable), len(words)
+    # score[i][j]: best alignment of stable[:i] and words[:j]; a pair is worth 1 + overlap
+    # (seconds, < 1 for any real word pair), so the count of pairs decides first
+    score = [[0.0] * (n + 1) for _ in range(m + 1)]
+    for i in range(1, m + 1):
+        for j in range(1, n + 1):
+            best = max(score[i - 1][j], score[i][j - 1])
+            if _same_word(stable[i - 1], words[j - 1]):
+                best = max(best, score[i - 1][j - 1] + 1.0 + min(0.99, _overlap(stable[i - 1], words[j - 1])))
+            score[i][j] = best
+    i, j = m, n
+    while i > 0 and j > 0:  # walk back to the last pair of the best alignment
+        if score[i][j] == score[i - 1][j]:
+            i -= 1
+        elif score[i][j] == score[i][j - 1]:
+            j -= 1
+        else:
+            return i, j
+    return 0, 0
 
 
 class HypothesisBuffer:
@@ -15,20 +56,40 @@ class HypothesisBuffer:
         self.tail: list[Word] = []  # the last decode's words after the stable prefix
         self.stable_end = 0.0
 
-    def _new_part(self, words: list[Word]) -> list[Word]:
-        new = [w for w in words if w.start > self.stable_end - _OVERLAP_S]
-        if new and self.committed and abs(new[0].start - self.stable_end) < 1.0:
-            # drop the head of `new` that repeats the end of the stable words
-            for n in range(min(len(self.committed), len(new), _MAX_NGRAM), 0, -1):
-                if [w.norm for w in self.committed[-n:]] == [w.norm for w in new[:n]]:
-                    return new[n:]
+    def _new_part(self, words: list[Word], from_s: float = 0.0) -> list[Word]:
+        """The words of a decode of the buffer from `from_s` on that come after the stable ones."""
+        stable = [w for w in self.committed[-_MAX_ALIGN:] if w.end > from_s - _SLACK_S]
+        if not stable:
+            return list(words)
+        i, k = align_end(stable, words)
+        new = words[k:]
+        if i < len(stable):
+            # the newest stable words were heard differently ("dollar" vs "$5"; "nineteen
+            # point" vs "19" ".99"): what starts before their end re-recognizes them
+            new = self._after_time(new, self.stable_end - _OVERLAP_S)
         return new
 
-    def insert(self, words: list[Word], horizon: float = float("inf")) -> list[Word]:
+    @staticmethod
+    def _after_time(words: list[Word], t: float) -> list[Word]:
+        """The words starting after `t`. Pieces of one written word ("$5" ".20,") go together,
+        kept when any of them is new: "$5.20" is worth more than a lone ".20"."""
+        groups: list[list[Word]] = []
+        for w in words:
+            if w.attached and groups:
+                groups[-1].append(w)
+            else:
+                groups.append([w])
+        kept = [w for g in groups if g[-1].start > t for w in g]
+        if kept and kept[0].attached:  # its head is not in the text before it
+            w = kept[0]
+            kept[0] = Word(w.text, w.start, w.end, w.probability, attached=False)
+        return kept
+
+    def insert(self, words: list[Word], horizon: float = float("inf"), from_s: float = 0.0) -> list[Word]:
         """Take one decode's words; commit the prefix it shares with the previous one, up to
         words ending by `horizon` (a word at the buffer's edge may be cut mid-way: with a 0 s
         guard, "to Wednesday" committed as "to one" twice in a row and stayed wrong)."""
-        new = self._new_part(words)
+        new = self._new_part(words, from_s)
         k = 0
         while (k < min(len(new), len(self.tail)) and new[k].norm == self.tail[k].norm
                and new[k].end <= horizon):
@@ -42,23 +103,7 @@ class HypothesisBuffer:
             self.committed.extend(words)
             self.stable_end = max(self.stable_end, words[-1].end)
 
-    def _after_overlap(self, words: list[Word]) -> list[Word] | None:
-        """Words after the run of `words` that repeats the stable tail (matched by text, not
-        by time: alignments of different decodes disagree by up to ~0.1 s), or None."""
-        tail = [w.norm for w in self.committed[-_MAX_NGRAM:]]
-        norms = [w.norm for w in words]
-        for n in range(len(tail), 1, -1):
-            for k in range(min(len(words) - n, 2 * _MAX_NGRAM) + 1):
-                if norms[k:k + n] == tail[-n:]:
-                    return words[k + n:]
-        return None
-
-    def commit_all(self, words: list[Word]) -> None:
+    def commit_all(self, words: list[Word], from_s: float = 0.0) -> None:
         """The decode covers a finished stretch of speech: all of it is stable."""
-        rest = self._after_overlap(words) if self.committed else None
-        if rest is None and self.committed:
-            # the decode did not repeat the context words (they were in its prompt): keep what
-            # ends after the stable end
-            rest = [w for w in words if w.end > self.stable_end + 0.05]
-        self.commit(rest if rest is not None else self._new_part(words))
+        self.commit(self._new_part(words, from_s))
         self.tail = []
