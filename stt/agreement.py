@@ -30,14 +30,15 @@ def align_end(stable: list[Word], words: list[Word]) -> tuple[int, int]:
     whose spans overlap most). Returns (stable words aligned through, index in `words` after
     the last aligned one); (0, 0) when nothing aligns."""
     m, n = len(stable), len(words)
-    # score[i][j]: best alignment of stable[:i] and words[:j]; a pair is worth 1 + overlap
-    # (seconds, < 1 for any real word pair), so the count of pairs decides first
+    # score[i][j]: best alignment of stable[:i] and words[:j]. A pair is worth 1 + its overlap
+    # in seconds / 64: the overlaps of one alignment sum to under 30 s (one window), so the
+    # count of pairs decides first and the overlap only breaks ties
     score = [[0.0] * (n + 1) for _ in range(m + 1)]
     for i in range(1, m + 1):
         for j in range(1, n + 1):
             best = max(score[i - 1][j], score[i][j - 1])
             if _same_word(stable[i - 1], words[j - 1]):
-                best = max(best, score[i - 1][j - 1] + 1.0 + min(0.99, _overlap(stable[i - 1], words[j - 1])))
+                best = max(best, score[i - 1][j - 1] + 1.0 + _overlap(stable[i - 1], words[j - 1]) / 64)
             score[i][j] = best
     i, j = m, n
     while i > 0 and j > 0:  # walk back to the last pair of the best alignment

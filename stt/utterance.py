@@ -131,7 +131,7 @@ class Utterance:
 
     def _final_start(self) -> int:
         """Where a final decode starts: `cut_context_s` before the unstable audio (the words
-        re-recognized there are dropped by time and n-gram overlap), or the buffer start."""
+        re-recognized there are aligned away, see agreement.py), or the buffer start."""
         if not (self.config.flush_from_stable and self.hyp.committed):
             return self.start
         return max(self.start, self._cut_sample() - int(self.config.cut_context_s * SAMPLE_RATE))
