@@ -6,19 +6,20 @@ they end in its words. Text alone cannot say which "no" of "no, no" a stable "no
 time alone cannot either: word boundaries of two decodes of the same audio differ by up to
 ~0.4 s next to a pause (" ready." ended at 1.58 s in one decode, " ready" at 1.34 s and " it"
 at 1.34-1.64 s in the next). So the stable words are aligned to the decode's words by text,
-pairing only words whose times overlap; what follows the last aligned word is new."""
+pairing only words whose times overlap; what follows the last aligned word is new. Where the
+newest stable words were heard differently this time, time decides: what lies mostly after
+the stable words is new."""
 
 from __future__ import annotations
 
 from stt.events import Word
 
-_OVERLAP_S = 0.1  # unaligned words starting this much before the stable end are re-recognitions
-_SLACK_S = 0.2  # two decodes' spans of one spoken word overlap to within this
+_DRIFT_S = 0.1  # word boundaries of two decodes of the same audio differ by this much
 _MAX_ALIGN = 32  # stable words aligned at most (the newest ones)
 
 
 def _same_word(a: Word, b: Word) -> bool:
-    return a.norm == b.norm and b.start < a.end + _SLACK_S and b.end > a.start - _SLACK_S
+    return a.norm == b.norm and b.start < a.end + _DRIFT_S and b.end > a.start - _DRIFT_S
 
 
 def _overlap(a: Word, b: Word) -> float:
@@ -59,32 +60,22 @@ class HypothesisBuffer:
 
     def _new_part(self, words: list[Word], from_s: float = 0.0) -> list[Word]:
         """The words of a decode of the buffer from `from_s` on that come after the stable ones."""
-        stable = [w for w in self.committed[-_MAX_ALIGN:] if w.end > from_s - _SLACK_S]
+        # only stable words whose audio the decode has can be in it again: in a decode that
+        # starts after a stable "yes" ends, a "yes" is a second one
+        stable = [w for w in self.committed[-_MAX_ALIGN:] if w.end > from_s]
         if not stable:
             return list(words)
         i, k = align_end(stable, words)
         new = words[k:]
-        if i < len(stable):
-            # the newest stable words were heard differently ("dollar" vs "$5"; "nineteen
-            # point" vs "19" ".99"): what starts before their end re-recognizes them
-            new = self._after_time(new, self.stable_end - _OVERLAP_S)
+        if i < len(stable) and new:
+            # the newest stable words were heard differently ("to" vs "Tuesday,", "dollar" vs
+            # "$5", "pairs" vs "Paris?"): a word is new when most of its audio is past their
+            # end. A margin for alignment drift kept " Paris?" (1.32-1.94 s) after a stable
+            # " pairs" ending at 1.64 s; without one a squeezed " and" is lost now and then.
+            t = self.stable_end + 1e-3  # times are 20 ms steps: a tie is no majority
+            first = next((x for x, w in enumerate(new) if (w.start + w.end) / 2 > t), len(new))
+            new = new[first:]  # a piece kept attached ("5" ".20") continues a stable word's audio
         return new
-
-    @staticmethod
-    def _after_time(words: list[Word], t: float) -> list[Word]:
-        """The words starting after `t`. Pieces of one written word ("$5" ".20,") go together,
-        kept when any of them is new: "$5.20" is worth more than a lone ".20"."""
-        groups: list[list[Word]] = []
-        for w in words:
-            if w.attached and groups:
-                groups[-1].append(w)
-            else:
-                groups.append([w])
-        kept = [w for g in groups if g[-1].start > t for w in g]
-        if kept and kept[0].attached:  # its head is not in the text before it
-            w = kept[0]
-            kept[0] = Word(w.text, w.start, w.end, w.probability, attached=False)
-        return kept
 
     def insert(self, words: list[Word], horizon: float = float("inf"), from_s: float = 0.0) -> list[Word]:
         """Take one decode's words; commit the prefix it shares with the previous one, up to

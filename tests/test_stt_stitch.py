@@ -58,17 +58,31 @@ def test_a_stable_word_recognized_later_in_time_is_not_repeated():
     assert [w.text for w in h.tail] == ["dollar"]
 
 
-def test_a_stable_word_heard_differently_is_replaced_not_repeated_or_dropped():
+def test_stable_words_heard_differently_are_neither_repeated_nor_lose_what_follows():
+    # stable "I send to"; the next decode hears "I am Tuesday," with " Tuesday," over " to"
+    # (espeak speech): a cut by start time dropped " Tuesday,"
+    h = committed((" I", 1.38, 1.7), (" send", 1.7, 1.96), (" to", 1.96, 2.3))
+    h.commit_all(W((" I", 1.38, 1.7), (" am", 1.7, 1.98), (" Tuesday,", 1.98, 2.74), (" not", 2.74, 3.0),
+                   (" Thursday.", 3.0, 3.66)), from_s=1.38)
+    assert join_words(h.committed) == "I send to Tuesday, not Thursday."
     # stable "... to dollar"; the final decode writes the same audio as " $5" ".20,"
     h = committed((" comes", 2.2, 2.6), (" to", 2.6, 2.78), (" dollar", 2.78, 3.02))
     h.commit_all(W((" comes", 2.2, 2.6), (" to", 2.6, 2.78), (" $5", 2.78, 3.44), (".20,", 3.44, 4.98),
                    (" including", 4.98, 4.98), (" tax.", 4.98, 5.66)))
     assert join_words(h.committed) == "comes to dollar $5.20, including tax."
-    # the context before a flush cut re-decoded as other words: dropped by time
+    # " Paris?" took in the pause after it: most of it is still the stable " pairs"
+    h = committed((" like", 0.88, 1.08), (" in", 1.08, 1.3), (" pairs", 1.3, 1.64))
+    h.commit_all(W((" like", 0.88, 1.08), (" in", 1.08, 1.32), (" Paris?", 1.32, 1.96), (" And", 1.96, 2.0),
+                   (" in", 2.0, 2.18), (" London?", 2.18, 2.66)))
+    assert join_words(h.committed) == "like in pairs And in London?"
+    # the context before a flush cut, heard as a fragment of the stable words: dropped
     h = committed((" dollar", 1.14, 1.36), (" 5", 1.38, 1.78), (".20.", 1.78, 2.48))
-    h.commit_all(W((" 2", 1.72, 1.76), (" 0,", 1.76, 3.26), (" including", 3.26, 3.26), (" tax.", 3.26, 4.0)),
-                 from_s=1.72)
+    h.commit_all(W((" 20,", 1.72, 2.3), (" including", 2.9, 3.26), (" tax.", 3.26, 4.0)), from_s=1.72)
     assert join_words(h.committed) == "dollar 5.20. including tax."
+    # a piece whose head re-hears a stable word continues that word
+    h = committed((" dollar", 1.94, 2.2), (" nineteen", 2.2, 2.68), (" point", 2.7, 3.02))
+    h.commit_all(W((" dollar", 1.94, 2.22), (" 19", 2.22, 2.7), (".99", 2.7, 3.38), (" and", 3.38, 3.7)))
+    assert join_words(h.committed) == "dollar nineteen point.99 and"
 
 
 def test_only_stable_words_inside_the_decoded_audio_are_aligned():
