@@ -153,11 +153,11 @@ class OpenGate:
 
 
 def run_utterance(decoder: ScriptedWhisper, end_s: float, pauses: tuple[float, ...] = (),
-                  step_s: float = 0.5) -> tuple[Utterance, list, object]:
+                  step_s: float = 0.5, **config) -> tuple[Utterance, list, object]:
     """Push a ramp in `step_s` chunks, decoding when due; at each pause time the gate reports
     0.3 s of silence for one step. Returns (utterance, events, final)."""
     gate = OpenGate()
-    utt = Utterance(TranscriberConfig(), decoder, gate)
+    utt = Utterance(TranscriberConfig(**config), decoder, gate)
     ramp = np.arange(round(end_s * SAMPLE_RATE), dtype=np.float32) / SAMPLE_RATE
     events, edges = [], sorted({*np.arange(step_s, end_s, step_s).round(3), *pauses, end_s})
     prev = 0.0
@@ -174,17 +174,20 @@ TOTAL = [("The", 0.0, 0.38), ("total", 0.38, 0.6), ("comes", 0.6, 0.92), ("to", 
          ("five", 1.14, 1.5), ("dollars.", 1.5, 2.2)]
 
 
-def test_short_run_after_a_pause_ends_once_in_the_final():
+# restart_at_pause: the run after the pause is decoded alone, prompted with the stable text
+@pytest.mark.parametrize("restart", [False, True])
+def test_short_run_after_a_pause_ends_once_in_the_final(restart):
     decoder = ScriptedWhisper([*TOTAL, ("Including", 2.9, 3.3), ("tax.", 3.3, 3.6)], loop=True)
-    _, events, final = run_utterance(decoder, 4.03, pauses=(2.72,))
+    _, events, final = run_utterance(decoder, 4.03, pauses=(2.72,), restart_at_pause=restart)
     assert "preflight" in [e.kind for e in events]
     assert final.text == "The total comes to five dollars. Including tax."
     assert [round(w.start, 2) for w in final.words][-2:] == [2.9, 3.3]  # stream time kept
 
 
-def test_a_phrase_really_said_twice_after_a_pause_stays_twice():
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_phrase_really_said_twice_after_a_pause_stays_twice(restart):
     spoken = [*TOTAL, ("Including", 2.9, 3.3), ("tax.", 3.3, 3.6), ("Including", 3.7, 4.1), ("tax.", 4.1, 4.4)]
-    _, _, final = run_utterance(ScriptedWhisper(spoken, loop=True), 4.8, pauses=(2.72,))
+    _, _, final = run_utterance(ScriptedWhisper(spoken, loop=True), 4.8, pauses=(2.72,), restart_at_pause=restart)
     assert final.text == "The total comes to five dollars. Including tax. Including tax."
 
 
