@@ -50,7 +50,7 @@ class TranscriberConfig:
     # there). Off: tiny.en decoding the 1.3-1.6 s after a pause alone looped ("$5.20.
     # Including tax. Including tax."), prompted or not; with the speech before it in the
     # window it did not. 59 synthesized clips (Piper at 3 speeds, espeak), fast replay: WER
-    # 9.5% off vs 12.6% on; benchmarks/stt.py --pauses (26 clips, real time, shared 2 cores):
+    # 9.4% off vs 12.5% on; benchmarks/stt.py --pauses (26 clips, real time, shared 2 cores):
     # 6.1% both, finalization p50/p90 0.07/105 ms off vs 40/107 ms on.
     restart_at_pause: bool = False
 

@@ -64,8 +64,11 @@ class WhisperDecoder:
             return [], 0.0
         enc = self._encode(audio)
         end_s = len(audio) / SAMPLE_RATE
-        words = self._words(enc, prompt, beam_size, end_s)
-        words = drop_unheard_repeat(words, prompt, lambda: self._words(enc, "", beam_size, end_s))
+        beam = beam_size or self.config.beam_size
+        words = self._words(enc, prompt, beam, end_s)
+        if prompt.strip() or beam > 1:  # the other decode drops the prompt, or else the beam
+            other_beam = beam if prompt.strip() else 1
+            words = drop_unheard_repeat(words, lambda: self._words(enc, "", other_beam, end_s))
         return words, time.perf_counter() - t0
 
     def _encode(self, audio: np.ndarray) -> tuple[object, int]:
@@ -99,16 +102,17 @@ class WhisperDecoder:
         return words
 
 
-def drop_unheard_repeat(words: list[Word], prompt: str, unprompted: Callable[[], list[Word]]) -> list[Word]:
-    """Conditioned on the text before it, Whisper can loop on a short buffer: 1.3 s of
-    "including tax" after a pause, prompted with "The total comes to $5.20.", gave
-    "Including tax. Including tax." (the copy aligned to 0 s), and unprompted "including
-    tax.". A phrase said back to back at the end stays as often as a decode of the same
-    audio without the prompt (`unprompted`, called only then) says it, so "no, no" is kept."""
+def drop_unheard_repeat(words: list[Word], other_decode: Callable[[], list[Word]]) -> list[Word]:
+    """Whisper can loop on a short buffer: 1.3 s of "including tax" after a pause, prompted
+    with "The total comes to $5.20.", gave "Including tax. Including tax." (the copy aligned
+    to 0 s), unprompted "including tax."; at a slower speed the unprompted beam search looped
+    too and greedy search did not. So a phrase said back to back at the end stays only as
+    often as `other_decode` (the same audio decoded without the prompt, or greedily; called
+    only then) says it too: a loop rarely survives both, a real "no, no" is in the audio."""
     n, copies = _trailing_repeat(words)
-    if copies < 2 or not prompt.strip():
+    if copies < 2:
         return words
-    keep = max(1, _copies(unprompted(), words[-n:]))
+    keep = max(1, _copies(other_decode(), words[-n:]))
     return words[:len(words) - n * max(0, copies - keep)]
 
 
