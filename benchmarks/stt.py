@@ -5,7 +5,7 @@ Per utterance: replay at real time (or --fast: no sleeping, every due decode don
 latency (flush -> final), interim cadence, real-time factor, process CPU / wall while
 streaming, and WER; then the same clips offline (one-shot) in the same run.
 
-    python -m benchmarks.stt [--fast] [--model whisper-tiny.en] [--json out.json]
+    python -m benchmarks.stt [--fast] [--pauses] [--model whisper-tiny.en] [--json out.json]
 """
 
 from __future__ import annotations
@@ -33,6 +33,24 @@ TEXTS = (
     "Can you play some relaxing music while I cook dinner?",
     "Please find me a recipe for a vegetarian lasagna that takes less than an hour to make.",
 )
+# --pauses: turns of several sentences, so speech pauses inside them (each pause commits the
+# words so far) and short runs follow a pause; some say a word twice on purpose
+PAUSE_TEXTS = (
+    "The total comes to $5.20, including tax.",
+    "I checked the receipt twice. The total comes to $5.20. Including tax.",
+    "Your order is ready. It costs $19.99 and ships in 3 to 5 days.",
+    "Thanks for waiting. The total comes to $5.20, including tax, and it ships in 3 to 5 days.",
+    "I would like a large coffee please. How much is that? Including tax.",
+    "No, no. I said Tuesday, not Thursday.",
+    "Okay. Thank you. Thank you very much.",
+    "Book a table for two. Make it seven thirty. Near the window.",
+    "Call my mother. Tell her I will be late. Very late.",
+    "Turn on the lights. Then turn off the music. Thanks.",
+    "Set an alarm for six in the morning. Six, not seven.",
+    "What is the weather like in Paris? And in London?",
+    "Please send the report to Maria. She needs it by Friday.",
+    "Yes. Yes, that is right. Go ahead.",
+)
 ESPEAK_TEXTS = ("Please turn off the lights in the kitchen and lock the front door.",
                 "How many kilometers is it from Paris to Berlin by train?")
 
@@ -49,10 +67,10 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
-def clips() -> list[tuple[str, np.ndarray, float]]:
+def clips(pauses: bool = False) -> list[tuple[str, np.ndarray, float]]:
     from tests.speech import espeak_available, espeak_speech, piper_speech
 
-    out = [(t, piper_speech(t)) for t in TEXTS]
+    out = [(t, piper_speech(t)) for t in TEXTS + (PAUSE_TEXTS if pauses else ())]
     if espeak_available():
         out += [(t, espeak_speech(t)) for t in ESPEAK_TEXTS]
     return [(t, a, len(a) / 16_000) for t, a in out]
@@ -78,9 +96,9 @@ def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, rea
 def run(args) -> dict:
     from stt import StreamingTranscriber, TranscriberConfig, transcribe
 
-    data = clips()
+    data = clips(args.pauses)
     cfg = TranscriberConfig(model=args.model, cpu_threads=args.threads, endpoint_silence_s=args.endpoint_silence,
-                            pause_from_stable=args.pause_from_stable)
+                            pause_from_stable=args.pause_from_stable, restart_at_pause=args.restart_at_pause)
     rows = []
     with StreamingTranscriber(cfg) as st:
         stream_one(st, data[0][1], 0.3, args.flush_delay, realtime=False)  # warm-up
@@ -98,7 +116,8 @@ def run(args) -> dict:
     gaps = [r["interim_gap_s"] for r in rows if r["interim_gap_s"] is not None]
     return {
         "model": args.model, "endpoint_silence_s": args.endpoint_silence,
-        "pause_from_stable": args.pause_from_stable, "threads": args.threads, "realtime": not args.fast, "clips": len(rows),
+        "pause_from_stable": args.pause_from_stable, "restart_at_pause": args.restart_at_pause,
+        "pauses": args.pauses, "threads": args.threads, "realtime": not args.fast, "clips": len(rows),
         "audio_s": audio_s, "flush_delay_s": args.flush_delay,
         "final_latency_ms_p50": 1000 * pct(lat, 50), "final_latency_ms_p90": 1000 * pct(lat, 90),
         "interim_gap_s_median": statistics.median(gaps) if gaps else None,
@@ -115,7 +134,7 @@ def run(args) -> dict:
 
 
 def table(s: dict) -> str:
-    keys = ["model", "endpoint_silence_s", "pause_from_stable", "threads", "realtime", "clips", "audio_s", "final_latency_ms_p50", "final_latency_ms_p90",
+    keys = ["model", "endpoint_silence_s", "pause_from_stable", "restart_at_pause", "pauses", "threads", "realtime", "clips", "audio_s", "final_latency_ms_p50", "final_latency_ms_p90",
             "interim_gap_s_median", "interim_latency_ms_median", "preflight_rate", "stream_rtf",
             "stream_cpu_cores", "offline_rtf", "wer_stream", "wer_offline"]
     return "\n".join(f"{k:28s} {s[k]:.3f}" if isinstance(s[k], float) else f"{k:28s} {s[k]}" for k in keys)
@@ -131,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flush-delay", type=float, default=0.25, help="flush this long after speech ends (s)")
     p.add_argument("--endpoint-silence", type=float, default=TranscriberConfig.endpoint_silence_s,
                    help="pause (s) after which the utterance so far is decoded and made stable")
+    p.add_argument("--pauses", action="store_true", help=f"add {len(PAUSE_TEXTS)} turns with pauses between sentences")
     p.add_argument("--pause-from-stable", action="store_true", help="cut at pauses too (faster, less exact)")
+    p.add_argument("--restart-at-pause", action="store_true", help="after a pause decode only the speech after it")
     p.add_argument("--json", help="write the summary and per-clip rows here")
     args = p.parse_args(argv)
     summary = run(args)

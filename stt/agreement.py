@@ -1,12 +1,55 @@
 """LocalAgreement-2 (as in whisper_streaming): a word is stable once two consecutive decodes of
-the growing buffer agree on it. Times are in the utterance buffer's clock (seconds)."""
+the growing buffer agree on it. Times are in the utterance buffer's clock (seconds).
+
+Every decode re-recognizes the stable words whose audio it covers; `_new_part` finds where
+they end in its words. Text alone cannot say which "no" of "no, no" a stable "no" is, and
+time alone cannot either: word boundaries of two decodes of the same audio differ by up to
+~0.4 s next to a pause (" ready." ended at 1.58 s in one decode, " ready" at 1.34 s and " it"
+at 1.34-1.64 s in the next). So the stable words are aligned to the decode's words by text,
+pairing only words whose times overlap; what follows the last aligned word is new. Where the
+newest stable words were heard differently this time, time decides: what lies mostly after
+the stable words is new."""
 
 from __future__ import annotations
 
 from stt.events import Word
 
-_OVERLAP_S = 0.1  # words starting this much before the stable end are re-recognitions
-_MAX_NGRAM = 5
+_DRIFT_S = 0.1  # word boundaries of two decodes of the same audio differ by this much
+_MAX_ALIGN = 32  # stable words aligned at most (the newest ones)
+
+
+def _same_word(a: Word, b: Word) -> bool:
+    return a.norm == b.norm and b.start < a.end + _DRIFT_S and b.end > a.start - _DRIFT_S
+
+
+def _overlap(a: Word, b: Word) -> float:
+    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
+
+
+def align_end(stable: list[Word], words: list[Word]) -> tuple[int, int]:
+    """Longest time-consistent common subsequence of `stable` and `words` (ties: the pairing
+    whose spans overlap most). Returns (stable words aligned through, index in `words` after
+    the last aligned one); (0, 0) when nothing aligns."""
+    m, n = len(stable), len(words)
+    # score[i][j]: best alignment of stable[:i] and words[:j]. A pair is worth 1 + its overlap
+    # in seconds / 64: the overlaps of one alignment sum to under 30 s (one window), so the
+    # count of pairs decides first and the overlap only breaks ties
+    score = [[0.0] * (n + 1) for _ in range(m + 1)]
+    for i in range(1, m + 1):
+        for j in range(1, n + 1):
+            best = max(score[i - 1][j], score[i][j - 1])
+            if _same_word(stable[i - 1], words[j - 1]):
+                best = max(best, score[i - 1][j - 1] + 1.0 + _overlap(stable[i - 1], words[j - 1]) / 64)
+            score[i][j] = best
+    i, j = m, n
+    while i > 0 and j > 0:  # walk back to the last pair of the best alignment
+        if score[i][j] == score[i - 1][j]:
+            i -= 1
+        elif score[i][j] == score[i][j - 1]:
+            j -= 1
+        else:
+            return i, j
+    return 0, 0
 
 
 class HypothesisBuffer:
@@ -15,20 +58,30 @@ class HypothesisBuffer:
         self.tail: list[Word] = []  # the last decode's words after the stable prefix
         self.stable_end = 0.0
 
-    def _new_part(self, words: list[Word]) -> list[Word]:
-        new = [w for w in words if w.start > self.stable_end - _OVERLAP_S]
-        if new and self.committed and abs(new[0].start - self.stable_end) < 1.0:
-            # drop the head of `new` that repeats the end of the stable words
-            for n in range(min(len(self.committed), len(new), _MAX_NGRAM), 0, -1):
-                if [w.norm for w in self.committed[-n:]] == [w.norm for w in new[:n]]:
-                    return new[n:]
+    def _new_part(self, words: list[Word], from_s: float = 0.0) -> list[Word]:
+        """The words of a decode of the buffer from `from_s` on that come after the stable ones."""
+        # only stable words whose audio the decode has can be in it again: in a decode that
+        # starts after a stable "yes" ends, a "yes" is a second one
+        stable = [w for w in self.committed[-_MAX_ALIGN:] if w.end > from_s]
+        if not stable:
+            return list(words)
+        i, k = align_end(stable, words)
+        new = words[k:]
+        if i < len(stable) and new:
+            # the newest stable words were heard differently ("to" vs "Tuesday,", "dollar" vs
+            # "$5", "pairs" vs "Paris?"): a word is new when most of its audio is past their
+            # end. A margin for alignment drift kept " Paris?" (1.32-1.94 s) after a stable
+            # " pairs" ending at 1.64 s; without one a squeezed " and" is lost now and then.
+            t = self.stable_end + 1e-3  # times are 20 ms steps: a tie is no majority
+            first = next((x for x, w in enumerate(new) if (w.start + w.end) / 2 > t), len(new))
+            new = new[first:]  # a piece kept attached ("5" ".20") continues a stable word's audio
         return new
 
-    def insert(self, words: list[Word], horizon: float = float("inf")) -> list[Word]:
+    def insert(self, words: list[Word], horizon: float = float("inf"), from_s: float = 0.0) -> list[Word]:
         """Take one decode's words; commit the prefix it shares with the previous one, up to
         words ending by `horizon` (a word at the buffer's edge may be cut mid-way: with a 0 s
         guard, "to Wednesday" committed as "to one" twice in a row and stayed wrong)."""
-        new = self._new_part(words)
+        new = self._new_part(words, from_s)
         k = 0
         while (k < min(len(new), len(self.tail)) and new[k].norm == self.tail[k].norm
                and new[k].end <= horizon):
@@ -42,23 +95,7 @@ class HypothesisBuffer:
             self.committed.extend(words)
             self.stable_end = max(self.stable_end, words[-1].end)
 
-    def _after_overlap(self, words: list[Word]) -> list[Word] | None:
-        """Words after the run of `words` that repeats the stable tail (matched by text, not
-        by time: alignments of different decodes disagree by up to ~0.1 s), or None."""
-        tail = [w.norm for w in self.committed[-_MAX_NGRAM:]]
-        norms = [w.norm for w in words]
-        for n in range(len(tail), 1, -1):
-            for k in range(min(len(words) - n, 2 * _MAX_NGRAM) + 1):
-                if norms[k:k + n] == tail[-n:]:
-                    return words[k + n:]
-        return None
-
-    def commit_all(self, words: list[Word]) -> None:
+    def commit_all(self, words: list[Word], from_s: float = 0.0) -> None:
         """The decode covers a finished stretch of speech: all of it is stable."""
-        rest = self._after_overlap(words) if self.committed else None
-        if rest is None and self.committed:
-            # the decode did not repeat the context words (they were in its prompt): keep what
-            # ends after the stable end
-            rest = [w for w in words if w.end > self.stable_end + 0.05]
-        self.commit(rest if rest is not None else self._new_part(words))
+        self.commit(self._new_part(words, from_s))
         self.tail = []

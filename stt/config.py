@@ -46,6 +46,13 @@ class TranscriberConfig:
     # 2 cores: finalization p50/p90 0.05/62 ms vs 91/197 ms, but WER 4.5% vs 3.8% there and
     # 6.1% vs 4.0% (offline) on the test clips, so off by default.
     pause_from_stable: bool = False
+    # After a pause, decode only the speech after it (whisper_streaming resets its buffer
+    # there). Off: tiny.en decoding the 1.3-1.6 s after a pause alone looped ("$5.20.
+    # Including tax. Including tax."), prompted or not; with the speech before it in the
+    # window it did not. 59 synthesized clips (Piper at 3 speeds, espeak), fast replay: WER
+    # 9.4% off vs 12.5% on; benchmarks/stt.py --pauses (26 clips, real time, shared 2 cores):
+    # 6.1% both, finalization p50/p90 0.07/105 ms off vs 40/107 ms on.
+    restart_at_pause: bool = False
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_KEYS:

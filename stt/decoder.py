@@ -4,6 +4,7 @@ shorter than Whisper's 30 s and word timestamps. Not thread-safe: one caller thr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -61,13 +62,28 @@ class WhisperDecoder:
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
+        enc = self._encode(audio)
+        end_s = len(audio) / SAMPLE_RATE
+        beam = beam_size or self.config.beam_size
+        words = self._words(enc, prompt, beam, end_s)
+        if prompt.strip() or beam > 1:  # the other decode drops the prompt, or else the beam
+            other_beam = beam if prompt.strip() else 1
+            words = drop_unheard_repeat(words, lambda: self._words(enc, "", other_beam, end_s))
+        return words, time.perf_counter() - t0
+
+    def _encode(self, audio: np.ndarray) -> tuple[object, int]:
+        """audio [N] -> (encoder output [1, window/2, D], content frames)."""
         from faster_whisper.audio import pad_or_trim
 
         m = self.model
         features = m.feature_extractor(audio)  # [80, T]
         content_frames = min(features.shape[-1] - 1, 3000)
         window = self.window_frames(len(audio))
-        enc = m.encode(pad_or_trim(features[:, :content_frames], window))  # [1, window/2, D]
+        return m.encode(pad_or_trim(features[:, :content_frames], window)), content_frames
+
+    def _words(self, encoded: tuple[object, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
+        """One generate + word alignment on the encoded window (from `_encode`)."""
+        m, (enc, content_frames) = self.model, encoded
         # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
         previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
         prompt_ids = m.get_prompt(self.tokenizer, previous, without_timestamps=True)
@@ -77,21 +93,43 @@ class WhisperDecoder:
         tokens = [t for t in res.sequences_ids[0] if t < self.tokenizer.eot]
         avg_logprob = res.scores[0] * len(tokens) / (len(tokens) + 1) if tokens else -10.0
         if not tokens or (res.no_speech_prob > self.config.no_speech_threshold and avg_logprob < -1.0):
-            return [], time.perf_counter() - t0
+            return []
         aligned = m.find_alignment(self.tokenizer, [tokens], enc, content_frames)[0]
-        end_s = len(audio) / SAMPLE_RATE
         words: list[Word] = []
         for w in aligned:
             append_word(words, w["word"], min(float(w["start"]), end_s), min(float(w["end"]), end_s),
                         float(w["probability"]))
-        return _drop_repeat(words), time.perf_counter() - t0
+        return words
 
 
-def _drop_repeat(words: list[Word]) -> list[Word]:
-    """Whisper's short-window failure: the last phrase said twice back to back (seen on a 2 s
-    tail after a pause: "... on the way. And also to buy some milk on the way."). Drop it."""
-    norms = [w.norm for w in words]
-    for n in range(len(words) // 2, 2, -1):
-        if norms[-2 * n:-n] == norms[-n:]:
-            return words[:-n]
-    return words
+def drop_unheard_repeat(words: list[Word], other_decode: Callable[[], list[Word]]) -> list[Word]:
+    """Whisper can loop on a short buffer: 1.3 s of "including tax" after a pause, prompted
+    with "The total comes to $5.20.", gave "Including tax. Including tax." (the copy aligned
+    to 0 s), unprompted "including tax."; at a slower speed the unprompted beam search looped
+    too and greedy search did not. So a phrase said back to back at the end stays only as
+    often as `other_decode` (the same audio decoded without the prompt, or greedily; called
+    only then) says it too: a loop rarely survives both, a real "no, no" is in the audio."""
+    n, copies = _trailing_repeat(words)
+    if copies < 2:
+        return words
+    keep = max(1, _copies(other_decode(), words[-n:]))
+    return words[:len(words) - n * max(0, copies - keep)]
+
+
+def _copies(words: list[Word], phrase: list[Word]) -> int:
+    """How many times `phrase` is said back to back at the end of `words` (by normalized text)."""
+    n, norms, target = len(phrase), [w.norm for w in words], [w.norm for w in phrase]
+    c = 0
+    while n and len(norms) >= (c + 1) * n and norms[len(norms) - (c + 1) * n:len(norms) - c * n] == target:
+        c += 1
+    return c
+
+
+def _trailing_repeat(words: list[Word]) -> tuple[int, int]:
+    """(n, copies) of the shortest phrase of n words that ends `words` said twice or more back
+    to back; (0, 0) if none."""
+    for n in range(1, len(words) // 2 + 1):
+        c = _copies(words, words[-n:])
+        if c > 1:
+            return n, c
+    return 0, 0

@@ -83,14 +83,16 @@ class Utterance:
             return None
         paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
         cut = paused and self.config.pause_from_stable
-        words, dt = self._decode_from(self._final_start() if cut else self.start, final=paused)
+        start = self._final_start() if cut else self.start
+        words, dt = self._decode_from(start, final=paused)
         if paused:
             # a finished stretch of speech: its decode is what flush would return, so it is
-            # stable now (whisper_streaming's VAD-segment finish); the next decode starts here
-            self.hyp.commit_all(words)
-            self.start = self.n
+            # stable now (whisper_streaming's VAD-segment finish); see restart_at_pause
+            self.hyp.commit_all(words, start / SAMPLE_RATE)
+            if self.config.restart_at_pause:
+                self.start = self.n
         else:
-            self.hyp.insert(words, self.n / SAMPLE_RATE - self.config.commit_guard_s)
+            self.hyp.insert(words, self.n / SAMPLE_RATE - self.config.commit_guard_s, start / SAMPLE_RATE)
             self._trim()
         text = join_words(self.hyp.committed + self.hyp.tail)
         stable = join_words(self.hyp.committed)
@@ -106,10 +108,17 @@ class Utterance:
     def _trim(self) -> None:
         c = self.config
         if (self.n - self.start) / SAMPLE_RATE > c.max_window_s - 1.0:
-            # nothing stable for ~30 s: force the older half of the hypothesis to be stable
-            cut_s = self.n / SAMPLE_RATE - c.max_window_s / 2
-            self.hyp.commit([w for w in self.hyp.tail if w.end <= cut_s])
-            self.hyp.tail = [w for w in self.hyp.tail if w.end > cut_s]
+            # nothing stable for ~30 s: force the older half of the hypothesis to be stable,
+            # cut before the word (or "$5" ".20" pieces) under the cut: a decode of audio
+            # starting mid-word may not hear that word, and it would be lost
+            tail, cut_s = self.hyp.tail, self.n / SAMPLE_RATE - c.max_window_s / 2
+            k = next((i for i, w in enumerate(tail) if w.end > cut_s), len(tail))
+            while 0 < k < len(tail) and tail[k].attached:
+                k -= 1
+            if k < len(tail):
+                cut_s = min(cut_s, tail[k].start)
+            self.hyp.commit(tail[:k])
+            self.hyp.tail = tail[k:]
             self.start = max(self.start, int(cut_s * SAMPLE_RATE))
         elif (self.n - self.start) / SAMPLE_RATE > c.trim_s and self.hyp.committed:
             self.start = max(self.start, self._cut_sample())
@@ -123,7 +132,7 @@ class Utterance:
 
     def _final_start(self) -> int:
         """Where a final decode starts: `cut_context_s` before the unstable audio (the words
-        re-recognized there are dropped by time and n-gram overlap), or the buffer start."""
+        re-recognized there are aligned away, see agreement.py), or the buffer start."""
         if not (self.config.flush_from_stable and self.hyp.committed):
             return self.start
         return max(self.start, self._cut_sample() - int(self.config.cut_context_s * SAMPLE_RATE))
@@ -131,8 +140,9 @@ class Utterance:
     def finalize(self, requested_wall: float) -> TranscriptEvent:
         dt = 0.0
         if self.n > self.decoded_upto:
-            words, dt = self._decode_from(self._final_start(), final=True)
-            self.hyp.commit_all(words)
+            start = self._final_start()
+            words, dt = self._decode_from(start, final=True)
+            self.hyp.commit_all(words, start / SAMPLE_RATE)
         else:
             self.hyp.commit(self.hyp.tail)
             self.hyp.tail = []

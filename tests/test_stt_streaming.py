@@ -103,6 +103,38 @@ def test_preflight_when_speech_pauses(streamed):
             assert pre[-1].text == pre[-1].stable_text
 
 
+# A pause, then a short last stretch: decoded alone and prompted with the stable text, tiny.en
+# looped on it ("... $5.20. Including tax. Including tax."); and words said twice on purpose.
+PAUSE_TEXTS = ("The total comes to $5.20, including tax.", "No, no. I said Tuesday, not Thursday.",
+               "Yes. Yes, that is right. Go ahead.")
+
+
+def _check_each_word_once(text: str, final, clip_s: float) -> None:
+    ref, hyp = _norm(text).split(), _norm(final.text).split()
+    assert all(hyp.count(w) == ref.count(w) for w in ref if w.isalpha()), (text, final.text)
+    words = final.words
+    assert all(b.start >= a.start - 0.1 for a, b in itertools.pairwise(words))
+    t0 = final.audio_time_s - clip_s
+    assert all(t0 - 0.05 <= w.start <= w.end <= final.audio_time_s + 0.05 for w in words)
+
+
+@pytest.mark.integration
+def test_no_word_repeated_or_dropped_where_speech_pauses(transcriber):
+    for i, text in enumerate(PAUSE_TEXTS):
+        audio = with_silence(piper_speech(text), 0.3, 0.8)
+        transcriber.reset()
+        r = replay(transcriber, audio, realtime=i == 0)  # the first also paced like a microphone
+        _check_each_word_once(text, r.final, len(audio) / 16_000)
+        stable = ""
+        for e in r.events:
+            assert e.stable_text.startswith(stable) and e.text.startswith(e.stable_text)
+            stable = e.stable_text
+        assert r.final.text.startswith(stable)
+        if i == 0:
+            transcriber.reset()
+            _check_each_word_once(text, replay(transcriber, audio, realtime=False).final, len(audio) / 16_000)
+
+
 @pytest.mark.integration
 def test_flush_on_silence_gives_empty_final(transcriber):
     rng = np.random.default_rng(0)

@@ -1,0 +1,199 @@
+"""Where one decode's words meet the stable ones: no word said once is repeated, no word said
+twice ("no, no") is merged, none is dropped. Decoder outputs are scripted (some copied from
+tiny.en decodes of Piper speech), so these run without a model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stt.agreement import HypothesisBuffer
+from stt.config import TranscriberConfig
+from stt.decoder import SAMPLE_RATE, WhisperDecoder, drop_unheard_repeat
+from stt.events import Word, append_word, join_words
+from stt.utterance import Utterance
+
+pytestmark = pytest.mark.unit
+
+
+def W(*spec: tuple[str, float, float]) -> list[Word]:
+    """Words from Whisper-style pieces: (" word" or ".20" without a space, start, end)."""
+    words: list[Word] = []
+    for raw, s, e in spec:
+        append_word(words, raw, s, e, 0.9)
+    return words
+
+
+def committed(*spec: tuple[str, float, float]) -> HypothesisBuffer:
+    h = HypothesisBuffer()
+    h.commit(W(*spec))
+    return h
+
+
+# -- the stable prefix against one decode (decodes copied from tiny.en runs) ------------------
+def test_word_after_a_pause_is_kept_when_the_stable_word_ends_later_in_this_decode():
+    # " ready." ended at 1.58 s when it became stable; this decode ends " ready" at 1.34 s and
+    # puts " it" at 1.34-1.64: a cut by time alone (start > 1.48 s) dropped " it"
+    h = committed((" Your", 0.0, 0.42), (" order", 0.42, 0.64), (" is", 0.68, 0.92), (" ready.", 0.92, 1.58))
+    h.insert(W((" your", 0.0, 0.42), (" order", 0.42, 0.68), (" is", 0.68, 0.92), (" ready", 0.92, 1.34),
+               (" it", 1.34, 1.64), (" cost", 1.64, 1.96), (" dollar", 1.96, 2.2)))
+    assert [w.text for w in h.tail] == ["it", "cost", "dollar"]
+
+
+def test_a_word_said_twice_is_not_taken_for_the_stable_one():
+    # "Yes. Yes, that is right.": the first "yes" is stable; the second starts 0.4 s after it
+    # ends, and an n-gram overlap check dropped it as a repeat of the stable one
+    h = committed((" yes,", 0.0, 0.88))
+    h.insert(W((" Yes,", 0.0, 1.28), (" yes,", 1.28, 1.42), (" that", 1.42, 1.6), (" is", 1.6, 1.78)))
+    assert [w.norm for w in h.tail] == ["yes", "that", "is"]
+    h = committed((" No,", 0.0, 0.4))
+    h.commit_all(W((" No,", 0.0, 0.45), (" no.", 0.5, 0.9), (" I", 1.0, 1.1), (" said", 1.1, 1.4)))
+    assert join_words(h.committed) == "No, no. I said"
+
+
+def test_a_stable_word_recognized_later_in_time_is_not_repeated():
+    # alignments of two decodes disagree: " to" now starts after the stable end
+    h = committed((" comes", 0.6, 0.92), (" to", 0.92, 1.14))
+    h.insert(W((" comes", 0.62, 1.0), (" to", 1.1, 1.3), (" dollar", 1.3, 1.5)), from_s=0.0)
+    assert [w.text for w in h.tail] == ["dollar"]
+
+
+def test_stable_words_heard_differently_are_neither_repeated_nor_lose_what_follows():
+    # stable "I send to"; the next decode hears "I am Tuesday," with " Tuesday," over " to"
+    # (espeak speech): a cut by start time dropped " Tuesday,"
+    h = committed((" I", 1.38, 1.7), (" send", 1.7, 1.96), (" to", 1.96, 2.3))
+    h.commit_all(W((" I", 1.38, 1.7), (" am", 1.7, 1.98), (" Tuesday,", 1.98, 2.74), (" not", 2.74, 3.0),
+                   (" Thursday.", 3.0, 3.66)), from_s=1.38)
+    assert join_words(h.committed) == "I send to Tuesday, not Thursday."
+    # stable "... to dollar"; the final decode writes the same audio as " $5" ".20,"
+    h = committed((" comes", 2.2, 2.6), (" to", 2.6, 2.78), (" dollar", 2.78, 3.02))
+    h.commit_all(W((" comes", 2.2, 2.6), (" to", 2.6, 2.78), (" $5", 2.78, 3.44), (".20,", 3.44, 4.98),
+                   (" including", 4.98, 4.98), (" tax.", 4.98, 5.66)))
+    assert join_words(h.committed) == "comes to dollar $5.20, including tax."
+    # " Paris?" took in the pause after it: most of it is still the stable " pairs"
+    h = committed((" like", 0.88, 1.08), (" in", 1.08, 1.3), (" pairs", 1.3, 1.64))
+    h.commit_all(W((" like", 0.88, 1.08), (" in", 1.08, 1.32), (" Paris?", 1.32, 1.96), (" And", 1.96, 2.0),
+                   (" in", 2.0, 2.18), (" London?", 2.18, 2.66)))
+    assert join_words(h.committed) == "like in pairs And in London?"
+    # the context before a flush cut, heard as a fragment of the stable words: dropped
+    h = committed((" dollar", 1.14, 1.36), (" 5", 1.38, 1.78), (".20.", 1.78, 2.48))
+    h.commit_all(W((" 20,", 1.72, 2.3), (" including", 2.9, 3.26), (" tax.", 3.26, 4.0)), from_s=1.72)
+    assert join_words(h.committed) == "dollar 5.20. including tax."
+    # a piece whose head re-hears a stable word continues that word
+    h = committed((" dollar", 1.94, 2.2), (" nineteen", 2.2, 2.68), (" point", 2.7, 3.02))
+    h.commit_all(W((" dollar", 1.94, 2.22), (" 19", 2.22, 2.7), (".99", 2.7, 3.38), (" and", 3.38, 3.7)))
+    assert join_words(h.committed) == "dollar nineteen point.99 and"
+
+
+def test_only_stable_words_inside_the_decoded_audio_are_aligned():
+    # a decode from 5 s on cannot re-recognize a "no" that ended at 1 s
+    h = committed((" no,", 0.5, 1.0), (" I", 1.2, 1.3), (" mean", 1.3, 4.8))
+    h.commit_all(W((" no.", 5.1, 5.5)), from_s=5.0)
+    assert join_words(h.committed) == "no, I mean no."
+
+
+# -- a loop of the prompted decoder -----------------------------------------------------------
+LOOP = W((" Including", 0.0, 0.54), (" tax.", 0.54, 0.82), (" Including", 0.82, 0.82), (" tax.", 0.82, 1.28))
+
+
+def test_a_repeat_the_other_decode_does_not_hear_is_dropped():
+    plain = W((" including", 0.0, 0.5), (" tax.", 0.5, 1.28))
+    assert join_words(drop_unheard_repeat(LOOP, lambda: plain)) == "Including tax."
+    three = LOOP + W((" Including", 1.28, 1.28), (" tax.", 1.28, 1.28))
+    assert join_words(drop_unheard_repeat(three, lambda: plain)) == "Including tax."
+
+
+def test_a_repeat_in_the_audio_is_kept():
+    no_no = W((" No,", 0.0, 0.4), (" no.", 0.5, 0.9))
+    assert drop_unheard_repeat(no_no, lambda: W((" no,", 0.0, 0.4), (" no.", 0.5, 0.9))) == no_no
+    assert drop_unheard_repeat(LOOP, lambda: LOOP) == LOOP
+
+    def never() -> list[Word]:
+        raise AssertionError("no second decode without a repeat")
+
+    assert drop_unheard_repeat(LOOP[:3], never) == LOOP[:3]
+
+
+# -- the whole utterance with a scripted decoder ----------------------------------------------
+class ScriptedWhisper(WhisperDecoder):
+    """Hears the scripted words (text, start, end in buffer time) whose middle lies in the
+    audio it gets; the buffer is a ramp (each sample's value is its time), so a decode knows
+    where it starts. `loop`: prompted, on under 2 s, it says its last two words again with
+    no time of their own, as tiny.en did. `unstable`: two decodes in a row never agree."""
+
+    def __init__(self, spoken: list[tuple[str, float, float]], loop: bool = False, unstable: bool = False) -> None:
+        self.config = TranscriberConfig()
+        self.spoken, self.loop, self.unstable = spoken, loop, unstable
+        self.calls = 0
+
+    def _encode(self, audio: np.ndarray) -> tuple[float, int]:
+        return float(audio[0]), 0
+
+    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
+        t0, _ = encoded
+        self.calls += 1
+        suffix = "ab"[self.calls % 2] if self.unstable else ""
+        words = W(*[(" " + t + suffix, s - t0, e - t0) for t, s, e in self.spoken if t0 <= (s + e) / 2 <= t0 + end_s])
+        if self.loop and prompt and end_s < 2.0 and len(words) >= 2:
+            words += [Word(w.text, end_s, end_s) for w in words[-2:]]
+        return words
+
+
+class OpenGate:
+    """Keeps all audio; the test says when speech pauses."""
+
+    pending_samples = 0
+
+    def reset(self) -> None:
+        self.in_speech, self.silence_s = True, 0.0
+
+    def feed(self, samples: np.ndarray) -> list[np.ndarray]:
+        return [samples]
+
+
+def run_utterance(decoder: ScriptedWhisper, end_s: float, pauses: tuple[float, ...] = (),
+                  step_s: float = 0.5, **config) -> tuple[Utterance, list, object]:
+    """Push a ramp in `step_s` chunks, decoding when due; at each pause time the gate reports
+    0.3 s of silence for one step. Returns (utterance, events, final)."""
+    gate = OpenGate()
+    utt = Utterance(TranscriberConfig(**config), decoder, gate)
+    ramp = np.arange(round(end_s * SAMPLE_RATE), dtype=np.float32) / SAMPLE_RATE
+    events, edges = [], sorted({*np.arange(step_s, end_s, step_s).round(3), *pauses, end_s})
+    prev = 0.0
+    for t in edges:
+        utt.ingest(ramp[round(prev * SAMPLE_RATE):round(t * SAMPLE_RATE)], prev, 0.0)
+        gate.in_speech, gate.silence_s = (False, 0.3) if t in pauses else (True, 0.0)
+        while (e := utt.step()) is not None:
+            events.append(e)
+        prev = t
+    return utt, events, utt.finalize(0.0)
+
+
+TOTAL = [("The", 0.0, 0.38), ("total", 0.38, 0.6), ("comes", 0.6, 0.92), ("to", 0.92, 1.14),
+         ("five", 1.14, 1.5), ("dollars.", 1.5, 2.2)]
+
+
+# restart_at_pause: the run after the pause is decoded alone, prompted with the stable text
+@pytest.mark.parametrize("restart", [False, True])
+def test_short_run_after_a_pause_ends_once_in_the_final(restart):
+    decoder = ScriptedWhisper([*TOTAL, ("Including", 2.9, 3.3), ("tax.", 3.3, 3.6)], loop=True)
+    _, events, final = run_utterance(decoder, 4.03, pauses=(2.72,), restart_at_pause=restart)
+    assert "preflight" in [e.kind for e in events]
+    assert final.text == "The total comes to five dollars. Including tax."
+    assert [round(w.start, 2) for w in final.words][-2:] == [2.9, 3.3]  # stream time kept
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_phrase_really_said_twice_after_a_pause_stays_twice(restart):
+    spoken = [*TOTAL, ("Including", 2.9, 3.3), ("tax.", 3.3, 3.6), ("Including", 3.7, 4.1), ("tax.", 4.1, 4.4)]
+    _, _, final = run_utterance(ScriptedWhisper(spoken, loop=True), 4.8, pauses=(2.72,), restart_at_pause=restart)
+    assert final.text == "The total comes to five dollars. Including tax. Including tax."
+
+
+def test_forced_cut_of_a_long_unstable_buffer_keeps_every_word_once():
+    # nothing agrees for 27 s, so the older half is made stable; 0.26 s words put the cut
+    # (13.5 s) past the middle of word 51 (13.26-13.52 s), which a decode from there misses
+    spoken = [(f"w{i}", 0.26 * i, 0.26 * (i + 1)) for i in range(int(40 / 0.26))]
+    utt, _, final = run_utterance(ScriptedWhisper(spoken, unstable=True), 40.0)
+    assert utt.hyp.stable_end > 13  # the forced cut happened
+    assert [int(w.norm[1:-1]) for w in final.words] == list(range(len(spoken)))
