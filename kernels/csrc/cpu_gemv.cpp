@@ -182,24 +182,29 @@ void dispatch(int M, const typename S::X* x, const typename S::W* w, float* y, i
     }
 }
 
-template <typename S>
-void run(const typename S::X* x, const typename S::W* w, float* y, int64_t M, int64_t N, int64_t K, int threads) {
+// f(n0, n1) over contiguous row ranges of [0, N), one per thread (inline when threads <= 1).
+template <typename F>
+void parallel_rows(int64_t N, int threads, F f) {
     if (threads <= 1) {
-        dispatch<S>(static_cast<int>(M), x, w, y, N, K, 0, N);
+        f(int64_t(0), N);
         return;
     }
 #pragma omp parallel num_threads(threads)
     {
 #ifdef _OPENMP
-        int t = omp_get_thread_num();
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
 #else
-        int t = 0;
-        threads = 1;
+        int t = 0, nt = 1;
 #endif
-        int64_t per = (N + threads - 1) / threads;
+        int64_t per = (N + nt - 1) / nt;
         int64_t n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
-        if (n0 < n1) dispatch<S>(static_cast<int>(M), x, w, y, N, K, n0, n1);
+        if (n0 < n1) f(n0, n1);
     }
+}
+
+template <typename S>
+void run(const typename S::X* x, const typename S::W* w, float* y, int64_t M, int64_t N, int64_t K, int threads) {
+    parallel_rows(N, threads, [&](int64_t n0, int64_t n1) { dispatch<S>(static_cast<int>(M), x, w, y, N, K, n0, n1); });
 }
 
 }  // namespace
@@ -313,21 +318,8 @@ void parley_gemv_i8(const float* x, const int8_t* w, const float* ws, const int3
     int32_t* acc = new int32_t[M * N];
     float xs[8];
     quantize_rows(x, q, xs, M, K);
-    if (threads <= 1) {
-        i8_dispatch(static_cast<int>(M), q, w, wsum, acc, N, K, 0, N);
-    } else {
-#pragma omp parallel num_threads(threads)
-        {
-#ifdef _OPENMP
-            int t = omp_get_thread_num();
-#else
-            int t = 0;
-            threads = 1;
-#endif
-            int64_t per = (N + threads - 1) / threads, n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
-            if (n0 < n1) i8_dispatch(static_cast<int>(M), q, w, wsum, acc, N, K, n0, n1);
-        }
-    }
+    parallel_rows(N, threads,
+                  [&](int64_t n0, int64_t n1) { i8_dispatch(static_cast<int>(M), q, w, wsum, acc, N, K, n0, n1); });
     for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) y[m * N + n] = static_cast<float>(acc[m * N + n]) * (xs[m] * ws[n]);
     delete[] q;
