@@ -8,8 +8,9 @@ turn_end, 3 s when no decision came. Clips are streamed in 20 ms frames."""
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +27,19 @@ V1_EVAL_SILENCE_S = 0.1  # v1-mini runs once the VAD has seen this much silence
 V1_THRESHOLDS = (0.01, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 V1_MAX_DELAYS_S = (0.8, 1.2, 2.0)
 V1_WINDOW = 19_200  # 1.2 s, the most v1-mini takes
-OUR_POLICIES = {
-    "default": EndpointingPolicy(),
-    "min_wait=0.064": EndpointingPolicy(min_wait_s=0.064),
-    "high=0.97,low=0.7": EndpointingPolicy(high=0.97, low=0.7),
-    "high=0.95,low=0.6": EndpointingPolicy(high=0.95, low=0.6),
-    "high=0.9,low=0.6,max_wait=1.2": EndpointingPolicy(high=0.9, low=0.6, max_wait_s=1.2),
-    "high=0.9,low=0.3": EndpointingPolicy(high=0.9, low=0.3),
-    "high=0.9,low=0.5": EndpointingPolicy(high=0.9, low=0.5),
-    "high=0.7,low=0.2,max_wait=1.2": EndpointingPolicy(high=0.7, low=0.2, max_wait_s=1.2),
-}
+# Our shipped policy (chosen on validation clips, turn_detection/training/tune.py) is the one
+# figure for "ours"; "ours-sweep" moves its two bars together in log-odds to trace the
+# latency / false-cutoff curve, like the baselines' threshold sweeps (read on these clips).
+SWEEP_SHIFTS = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
+
+
+def sweep_policy(policy: EndpointingPolicy, shift: float) -> EndpointingPolicy:
+    def move(p: float) -> float:
+        p = min(max(p, 1e-4), 1 - 1e-4)
+        return float(1 / (1 + math.exp(-(math.log(p / (1 - p)) + shift))))
+
+    high, low = move(policy.high), move(policy.low)
+    return replace(policy, high=high, low=min(low, high - 1e-4))
 
 
 @dataclass(frozen=True)
@@ -60,10 +64,15 @@ def load_dataset(directory: str | Path) -> list[Clip]:
 
 
 def score(decisions: list[float | None], clips: list[Clip]) -> dict:
-    cut = [d is not None and d < c.turn_end for d, c in zip(decisions, clips)]
-    lat = np.array([NO_DECISION_S if d is None else d - c.turn_end
-                    for d, c, x in zip(decisions, clips, cut) if not x])
-    out = {"n": len(clips), "false_cutoff_rate": float(np.mean(cut))}
+    return score_times(decisions, [c.turn_end for c in clips])
+
+
+def score_times(decisions: list[float | None], turn_ends: list[float]) -> dict:
+    """Decision times (None: never) vs each clip's turn end -> false-cutoff rate, latency stats."""
+    cut = [d is not None and d < end for d, end in zip(decisions, turn_ends)]
+    lat = np.array([NO_DECISION_S if d is None else d - end
+                    for d, end, x in zip(decisions, turn_ends, cut) if not x])
+    out = {"n": len(turn_ends), "false_cutoff_rate": float(np.mean(cut))}
     if len(lat):
         out.update(latency_mean_s=float(lat.mean()), latency_p50_s=float(np.percentile(lat, 50)),
                    latency_p90_s=float(np.percentile(lat, 90)))
@@ -122,10 +131,13 @@ def run(directory: str | Path, out: str | Path | None = None, with_v1: bool = Tr
     clips = load_dataset(directory)
     det = EndOfTurnDetector.load()
     rows, costs_all = [], []
-    for name, policy in OUR_POLICIES.items():
+    for shift in SWEEP_SHIFTS:
+        policy = sweep_policy(det.policy, shift) if shift else det.policy
         decisions, costs = run_ours(clips, EndOfTurnDetector(det.vad, det.classifier, policy))
         costs_all += costs
-        rows.append({"method": "ours", "config": name, **score(decisions, clips)})
+        if not shift:
+            rows.insert(0, {"method": "ours", "config": "shipped policy", **score(decisions, clips)})
+        rows.append({"method": "ours-sweep", "config": f"bars {shift:+.1f} logit", **score(decisions, clips)})
     eot = None
     if with_v1:
         from livekit.local_inference import EOT
@@ -141,7 +153,7 @@ def run(directory: str | Path, out: str | Path | None = None, with_v1: bool = Tr
                 rule = lambda se, et, pr, thr=thr, md=md: et if pr >= thr else se + md  # noqa: E731
                 dec = [_first_decision(p, rule) for p in pauses]
                 rows.append({"method": "v1-mini", "config": f"thr={thr},max_delay={md}s", **score(dec, clips)})
-    report = {"clips": len(clips), "rows": rows, "summary": summarize(rows),
+    report = {"clips": len(clips), "policy": asdict(det.policy), "rows": rows, "summary": summarize(rows),
               "ours_decision_cost_ms": {"median": 1e3 * float(np.median(costs_all)),
                                         "p99": 1e3 * float(np.percentile(costs_all, 99)),
                                         "max": 1e3 * float(np.max(costs_all)), "n": len(costs_all)}}
@@ -165,15 +177,15 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'method':8s} {'config':28s} {'FC%':>6s} {'mean':>6s} {'p50':>6s} {'p90':>6s}"]
+    lines = [f"{'method':10s} {'config':28s} {'FC%':>6s} {'mean':>6s} {'p50':>6s} {'p90':>6s}"]
     for r in report["rows"]:
-        lines.append(f"{r['method']:8s} {r['config']:28s} {100 * r['false_cutoff_rate']:6.1f} "
+        lines.append(f"{r['method']:10s} {r['config']:28s} {100 * r['false_cutoff_rate']:6.1f} "
                      f"{r.get('latency_mean_s', float('nan')):6.3f} {r.get('latency_p50_s', float('nan')):6.3f} "
                      f"{r.get('latency_p90_s', float('nan')):6.3f}")
     lines.append("summary (lowest mean latency at a false-cutoff cap):")
     for method, caps in report["summary"].items():
         for cap, best in caps.items():
-            lines.append(f"  {method:8s} {cap}: " + (f"{best['latency_mean_s']:.3f} s ({best['config']}, "
+            lines.append(f"  {method:10s} {cap}: " + (f"{best['latency_mean_s']:.3f} s ({best['config']}, "
                          f"FC {100 * best['false_cutoff_rate']:.1f}%)" if best else "none"))
     c = report["ours_decision_cost_ms"]
     lines.append(f"ours: CPU time of a push that ran the classifier (one thread): median {c['median']:.2f} ms, "

@@ -9,12 +9,11 @@ import numpy as np
 
 from parley.audio import ENGINE_RATE, validate_audio
 from turn_detection.classifier import DEFAULT_WEIGHTS, ProsodyClassifier
-from turn_detection.policy import EndpointingPolicy
+from turn_detection.policy import DEFAULT_POLICY, EndpointingPolicy
 from turn_detection.prosody import CONTEXT_S, prosodic_features
 from turn_detection.text_cues import text_unfinished
 from turn_detection.vad import WINDOW, WINDOW_S, SileroVAD, VADConfig
 
-PAUSE_S = 0.15  # a silence this long inside the turn counts as a pause (feature)
 _KEEP = int((CONTEXT_S + 2.0) * ENGINE_RATE)  # audio kept for the features
 
 
@@ -26,7 +25,8 @@ class EndOfTurn:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One classifier call at a pause (kept for tests, training and diagnostics)."""
+    """One P(finished) of a pause (kept for tests, training and diagnostics): the classifier
+    runs once per pause; P is re-derived when a transcript arrives during the pause."""
 
     time_s: float
     speech_end_s: float
@@ -43,7 +43,9 @@ class EndOfTurnDetector:
     @classmethod
     def load(cls, weights: str | Path = DEFAULT_WEIGHTS, policy: EndpointingPolicy | None = None,
              vad_path: str | Path | None = None, threads: int = 1) -> EndOfTurnDetector:
-        """The embedded VAD, the shipped weights and the default policy."""
+        """The embedded VAD, the shipped weights and the shipped policy (eot_policy.json,
+        chosen on validation clips by turn_detection.training.tune)."""
+        policy = policy or EndpointingPolicy.load(DEFAULT_POLICY)
         return cls(SileroVAD(vad_path, threads=threads), ProsodyClassifier.load(weights), policy)
 
     def stream(self) -> EndOfTurnStream:
@@ -56,7 +58,6 @@ class EndOfTurnStream:
     def __init__(self, detector: EndOfTurnDetector):
         self._det = detector
         self._vad = detector.vad.stream(VADConfig())
-        self.evaluations: list[Evaluation] = []
         self.reset()
 
     def reset(self) -> None:
@@ -67,18 +68,30 @@ class EndOfTurnStream:
         self._pending = np.zeros(0, dtype=np.float32)
         self._pushed = 0  # samples pushed since reset
         self._text = ""
-        self.evaluations = []
         self._new_turn()
 
     def _new_turn(self) -> None:
+        self.evaluations: list[Evaluation] = []  # this turn's
         self._speaking = False
         self._speech_s = 0.0
-        self._pauses = 0
-        self._last_pause_end = 0.0
         self._speech_end = 0.0  # stream time the last speech window ended
+        self._features: np.ndarray | None = None  # of the current pause
+        self._audio_p = 0.5  # classifier's P for those features
         self._probability: float | None = None
-        self._wait = self._det.policy.max_wait_s
+        self._prob_text: str | None = None  # transcript behind self._probability
         self._fired = False
+
+    @property
+    def silence_s(self) -> float | None:
+        """Silence since the turn's speech stopped (None while speaking or before any speech)."""
+        if self._speaking or self._speech_s == 0:
+            return None
+        return self._vad.time_s - self._speech_end
+
+    @property
+    def probability(self) -> float | None:
+        """The current pause's P(finished), once evaluated."""
+        return self._probability
 
     def push_transcript(self, text: str) -> None:
         """Optional interim transcript of the current turn."""
@@ -109,34 +122,34 @@ class EndOfTurnStream:
         if p >= (cfg.off_threshold if self._speaking else cfg.threshold):
             if self._fired:  # speech after a decision: a new turn in the same stream
                 self._new_turn()
-            elif not self._speaking and self._speech_s > 0 and now - WINDOW_S - self._speech_end >= PAUSE_S:
-                self._pauses += 1
-                self._last_pause_end = now - WINDOW_S
             self._speaking = True
             self._speech_s += WINDOW_S
             self._speech_end = now
-            self._probability = None
+            self._features = self._probability = None
             return None
         self._speaking = False
-        if self._fired or self._speech_s < self._det.policy.min_speech_s:
+        policy = self._det.policy
+        if self._fired or self._speech_s < policy.min_speech_s:
             return None
         silence = now - self._speech_end
-        policy = self._det.policy
-        if self._probability is None and silence >= policy.eval_silence_s:
+        if silence < policy.eval_silence_s:
+            return None
+        if self._probability is None or self._prob_text != self._text:  # new evidence
             self._evaluate(now)
-        if self._probability is not None and silence >= self._wait:
+        if policy.should_end(self._probability, silence):
             self._fired = True
             return EndOfTurn(time_s=self._pushed / ENGINE_RATE, probability=self._probability)
         return None
 
     def _evaluate(self, now: float) -> None:
-        end = int(self._speech_end * ENGINE_RATE) - self._audio_start
-        audio = self._audio[max(0, end - int(CONTEXT_S * ENGINE_RATE)) : max(0, end)]
-        feats = prosodic_features(audio, self._speech_s, self._pauses, self._speech_end - self._last_pause_end)
-        clf = self._det.classifier
-        prob = clf.probability(feats) if clf is not None else 0.5
+        if self._features is None:  # the audio before the pause: computed once per pause
+            end = int(self._speech_end * ENGINE_RATE) - self._audio_start
+            audio = self._audio[max(0, end - int(CONTEXT_S * ENGINE_RATE)) : max(0, end)]
+            self._features = prosodic_features(audio)
+            clf = self._det.classifier
+            self._audio_p = clf.probability(self._features) if clf is not None else 0.5
+        prob = self._audio_p
         if self._text and text_unfinished(self._text):
             prob *= self._det.policy.text_penalty
-        self._probability = prob
-        self._wait = self._det.policy.wait_s(prob)
-        self.evaluations.append(Evaluation(now, self._speech_end, feats, prob))
+        self._probability, self._prob_text = prob, self._text
+        self.evaluations.append(Evaluation(now, self._speech_end, self._features, prob))

@@ -1,6 +1,7 @@
 """Self-generated end-of-turn data: synthesized sentences (Piper, espeak-ng voices at
 several rates), complete and cut mid-sentence at a word boundary of the SAME audio, so the
-cut keeps its natural non-final prosody. Voices and sentences are split train / held out."""
+cut keeps its natural non-final prosody. Voices and sentences are split three ways:
+train (fit), validation (model and policy choice), test (final report only)."""
 
 from __future__ import annotations
 
@@ -10,50 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parley.audio import ENGINE_RATE, resample
-
-SENTENCES: tuple[str, ...] = (
-    "I would like to book a table for two people tonight.",
-    "Can you tell me what the weather will be like tomorrow morning?",
-    "My flight to Chicago was cancelled and I need another one.",
-    "Please remind me to call my sister when I get home from work.",
-    "What time does the pharmacy on the corner close on Sundays?",
-    "I think the package was delivered to the wrong address yesterday.",
-    "Could you play some quiet music while I finish this report?",
-    "We are planning a trip to the mountains at the end of the month.",
-    "How many tablespoons of sugar should I put in the cake batter?",
-    "The meeting with the design team has been moved to Thursday afternoon.",
-    "I need to change the password for my email account right away.",
-    "Is there a good Italian restaurant somewhere near the train station?",
-    "Send a message to David saying that I will be about ten minutes late.",
-    "My daughter wants to learn how to play the piano this summer.",
-    "Which bus should I take to get to the museum from the hotel?",
-    "The heating in my apartment stopped working in the middle of the night.",
-    "Can you add milk, eggs and a loaf of bread to my shopping list?",
-    "I was wondering if you could help me write a short thank you note.",
-    "Turn off the lights in the living room and lock the front door.",
-    "What is the fastest way to get from the airport to the city center?",
-    "I have been feeling tired all week and I do not really know why.",
-    "Tell me a little bit about the history of the old castle on the hill.",
-    "Our neighbors are having a party on Saturday and we were invited.",
-    "How long does it take to boil an egg so that the yolk stays soft?",
-    "I left my umbrella on the bus this morning on the way to the office.",
-    "Could you find me a recipe for a vegetable soup without any onions?",
-    "The new phone I ordered last week still has not arrived at my house.",
-    "Set an alarm for six thirty tomorrow because I have an early train.",
-    "Do you know whether the library is open late on Wednesday evenings?",
-    "I would rather stay at home tonight and watch a movie with my family.",
-    "Please read me the latest news about the football match from last night.",
-    "My car makes a strange noise every time I turn the steering wheel left.",
-    "Can you explain the difference between a virus and a bacterial infection?",
-    "We should probably leave early if we want to find a parking space downtown.",
-    "I forgot to water the plants before I left for the weekend with my friends.",
-    "What would be a nice present for my father who likes gardening and books?",
-    "The printer in the office keeps jamming whenever I try to print in color.",
-    "Let me know when the laundry is done so that I can hang it outside.",
-    "How much would it cost to ship a small box of books to my cousin in Canada?",
-    "I am looking for a quiet place to study where I will not be disturbed.",
-)
-HELD_OUT_SENTENCES = frozenset(range(3, len(SENTENCES), 4))  # every 4th sentence
+from turn_detection.training import sentences
 
 
 @dataclass(frozen=True)
@@ -68,19 +26,31 @@ class Voice:
 
 
 TRAIN_VOICES: tuple[Voice, ...] = (
-    Voice("piper", "joe", 0.85), Voice("piper", "joe", 1.1),
-    Voice("espeak", "en-us", 150), Voice("espeak", "en-us", 195), Voice("espeak", "en-gb", 170),
+    Voice("piper", "joe", 0.8), Voice("piper", "joe", 0.9), Voice("piper", "joe", 1.1), Voice("piper", "joe", 1.4),
+    Voice("espeak", "en-us", 150), Voice("espeak", "en-us", 200), Voice("espeak", "en-gb", 170),
     Voice("espeak", "en-us+m3", 170), Voice("espeak", "en-gb-x-rp", 160), Voice("espeak", "en-us+f2", 180),
+    Voice("espeak", "en-gb-x-gbclan", 165), Voice("espeak", "en-us-nyc", 175), Voice("espeak", "en-us+m1", 145),
+    Voice("espeak", "en-gb+f4", 190),
 )
-HELD_OUT_VOICES: tuple[Voice, ...] = (
+# Piper ships one speaker (joe): its splits differ by speaking rate only (see MODEL_CARD.md)
+VALIDATION_VOICES: tuple[Voice, ...] = (
+    Voice("piper", "joe", 0.95), Voice("piper", "joe", 1.2),
+    Voice("espeak", "en-gb-x-gbcwmd", 170), Voice("espeak", "en-us+m2", 160), Voice("espeak", "en-us+f1", 185),
+)
+TEST_VOICES: tuple[Voice, ...] = (
     Voice("piper", "joe", 1.0), Voice("piper", "joe", 1.25),
     Voice("espeak", "en-us+f3", 165), Voice("espeak", "en-gb-scotland", 175), Voice("espeak", "en-029", 185),
 )
+SPLITS = ("train", "validation", "test")
 
 
-def split(held_out: bool) -> tuple[list[str], tuple[Voice, ...]]:
-    sents = [s for i, s in enumerate(SENTENCES) if (i in HELD_OUT_SENTENCES) == held_out]
-    return sents, HELD_OUT_VOICES if held_out else TRAIN_VOICES
+def split(name: str) -> tuple[tuple[str, ...], tuple[Voice, ...]]:
+    """-> (sentences, voices) of "train", "validation" or "test" (disjoint in both)."""
+    table = {"train": (sentences.TRAIN, TRAIN_VOICES), "validation": (sentences.VALIDATION, VALIDATION_VOICES),
+             "test": (sentences.TEST, TEST_VOICES)}
+    if name not in table:
+        raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+    return table[name]
 
 
 @functools.lru_cache(maxsize=1)

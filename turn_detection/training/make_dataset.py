@@ -1,7 +1,7 @@
 """Write an end-of-turn benchmark dataset (NAME.wav + NAME.json, see benchmarks/turn.py)
-from the held-out (or training) voices and sentences.
+from one split's voices and sentences (default: the held-out test split).
 
-    python -m turn_detection.training.make_dataset --out DIR [--train] [--seed 0]
+    python -m turn_detection.training.make_dataset --out DIR [--split test|validation|train] [--seed 0]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from parley.audio import ENGINE_RATE
 from parley.wav import write_wav
-from turn_detection.training.data import find_cut, speech_intervals, split, synthesize
+from turn_detection.training.data import SPLITS, find_cut, speech_intervals, split, synthesize
 
 LEAD_S, TAIL_S = 0.5, 3.5
 
@@ -33,27 +33,31 @@ def make_clip(speech: np.ndarray, kind: str, rng: np.random.Generator) -> tuple[
                    "turn_end": iv[-1][1]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--train", action="store_true", help="training voices/sentences instead of held-out")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    rng = np.random.default_rng(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    sents, voices = split(held_out=not args.train)
-    n = 0
+def clips(split_name: str, rng: np.random.Generator):
+    """Yield (name, audio [N], meta) for every voice x sentence x {complete, paused} of a split."""
+    sents, voices = split(split_name)
     for vi, voice in enumerate(voices):
         for si, text in enumerate(sents):
             speech = synthesize(voice, text)
             for kind in ("complete", "paused"):
                 audio, meta = make_clip(speech, kind, rng)
-                name = f"{voice.label}-s{si:02d}-{kind}"
-                write_wav(args.out / f"{name}.wav", audio, ENGINE_RATE)
                 meta = {"text": text, "kind": kind, **meta, "voice": voice.label, "index": vi}
-                (args.out / f"{name}.json").write_text(json.dumps(meta))
-                n += 1
-    print(f"wrote {n} clips to {args.out}")
+                yield f"{voice.label}-s{si:02d}-{kind}", audio, meta
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--split", choices=SPLITS, default="test")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for name, audio, meta in clips(args.split, np.random.default_rng(args.seed)):
+        write_wav(args.out / f"{name}.wav", audio, ENGINE_RATE)
+        (args.out / f"{name}.json").write_text(json.dumps(meta))
+        n += 1
+    print(f"wrote {n} {args.split} clips to {args.out}")
     return 0
 
 
