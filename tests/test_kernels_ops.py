@@ -117,7 +117,7 @@ def test_unknown_backend_is_rejected():
         kernels.rms_norm(torch.zeros(1, 8), torch.ones(8), 1e-5, backend="cuda")
 
 
-def test_import_without_triton_falls_back_to_refs():
+def test_import_without_triton_runs_on_cpu_paths():
     import subprocess
     import sys
 
@@ -125,7 +125,9 @@ def test_import_without_triton_falls_back_to_refs():
         "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
         "import torch, kernels\n"
         "x = torch.randn(2, 8)\n"
-        "assert torch.equal(kernels.rms_norm(x, torch.ones(8), 1e-5), kernels.rms_norm_ref(x, torch.ones(8), 1e-5))\n"
+        # auto on CPU: the C++ op where it builds, else the reference; equal to an ulp either way
+        "assert torch.allclose(kernels.rms_norm(x, torch.ones(8), 1e-5), kernels.rms_norm_ref(x, torch.ones(8), 1e-5),"
+        " rtol=1e-6, atol=1e-6)\n"
         "try:\n    kernels.rms_norm(x, torch.ones(8), 1e-5, backend='triton')\n"
         "except RuntimeError as e:\n    print('refused:', e)\n"
     )
