@@ -8,6 +8,7 @@ import torch
 from llm_engine.speculative import (
     DraftModelDrafter,
     HeadDrafter,
+    HybridDrafter,
     NgramDrafter,
     SpecRequest,
     SpeculativeDecoder,
@@ -38,6 +39,8 @@ def _drafter(method: str, target: HFTarget):
         return NgramDrafter()
     if method == "head":
         return _head_drafter(target)
+    if method == "head+ngram":
+        return HybridDrafter(_head_drafter(target))
     return DraftModelDrafter(HFTarget(_tiny_llama(99, layers=1)))
 
 
@@ -55,7 +58,7 @@ def _run(target, drafter, prompts, max_tokens=40, k=4, adaptive=True):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("method", ["ngram", "head", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "head", "head+ngram", "draft"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_identical_random_models(method, seed):
     target = HFTarget(_tiny_llama(seed, kv=2 if seed == 0 else 1))
@@ -82,10 +85,10 @@ def test_ngram_lookup_prefers_longest_latest_match():
 
 @pytest.fixture(scope="module")
 def smollm():
-    from llm_engine.speculative.train_head import load_target
+    from llm_engine.speculative.hf_target import load_embedded_hf
 
     torch.set_num_threads(1)
-    tok, model = load_target()
+    tok, model = load_embedded_hf()
     return tok, HFTarget(model)
 
 

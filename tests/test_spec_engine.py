@@ -21,7 +21,7 @@ def engines():
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["ngram", "head"])
+@pytest.mark.parametrize("method", ["ngram", "head", "auto"])
 def test_engine_greedy_identical_and_blocks_freed(engines, method):
     plain = engines
     params = SamplingParams(max_tokens=24, temperature=0.0)

@@ -8,6 +8,7 @@ from llm_engine.speculative.draft_model import DraftModelDrafter
 from llm_engine.speculative.drafter import Draft, Drafter
 from llm_engine.speculative.factory import build_drafter
 from llm_engine.speculative.head_drafter import HeadDrafter, load_head
+from llm_engine.speculative.hybrid import HybridDrafter
 from llm_engine.speculative.ngram import NgramDrafter
 from llm_engine.speculative.verifier import SpecRequest, SpeculativeDecoder
 
@@ -18,6 +19,7 @@ __all__ = [
     "DraftModelDrafter",
     "Drafter",
     "HeadDrafter",
+    "HybridDrafter",
     "NgramDrafter",
     "SpecMetrics",
     "SpecRequest",

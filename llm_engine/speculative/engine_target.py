@@ -50,8 +50,10 @@ class EngineTarget:
     def extend(self, seq_id: str, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.extend_batch({seq_id: token_ids})[0]
 
-    def extend_batch(self, feeds: dict[str, list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """One forward over every sequence's new tokens (cu_seqlens_q per sequence)."""
+    def extend_batch(self, feeds: dict[str, list[int]], last_logits_only: bool = False
+                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One forward over every sequence's new tokens (cu_seqlens_q per sequence); the LM head
+        runs only on the rows returned ([m, V], or [1, V] with last_logits_only)."""
         grown = [self._grow(sid, toks) for sid, toks in feeds.items()]
         seqs, n_new = [g[0] for g in grown], [g[1] for g in grown]
         ids, meta, _, _ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
@@ -63,7 +65,8 @@ class EngineTarget:
             # after a prefix hit fewer rows than tokens were computed: the last rows are returned
             m = min(n, len(toks))
             sl = slice(row + n - m, row + n)
-            outs.append((prenorm[sl], self.engine.model.compute_logits(normed[sl])))  # [m, H], [m, V]
+            rows = slice(row + n - 1, row + n) if last_logits_only else sl
+            outs.append((prenorm[sl], self.engine.model.compute_logits(normed[rows])))  # [m, H], [m|1, V]
             row += n
         return outs
 

@@ -1,8 +1,8 @@
 """Build the drafter a SpeculativeConfig names, for a given target.
 
-"auto": the trained EAGLE head when shipped weights fit the target (same hidden size and a
-target that exposes its embeddings / final norm / LM head), else n-gram lookup (always
-available, costs nothing when it does not match). "draft" loads `draft_model` through the
+"auto": the trained EAGLE head behind n-gram lookup (hybrid.py) when the shipped weights fit
+the target (same hidden size and a target that exposes its embeddings / final norm / LM
+head), else n-gram lookup alone (always available, costs nothing when it does not match). "draft" loads `draft_model` through the
 caller's `load_model(path) -> Target` (the engine's loader, with its own paged cache).
 """
 
@@ -14,6 +14,7 @@ from llm_engine.speculative.config import SpeculativeConfig
 from llm_engine.speculative.draft_model import DraftModelDrafter
 from llm_engine.speculative.drafter import Drafter
 from llm_engine.speculative.head_drafter import WEIGHTS, HeadDrafter, load_head
+from llm_engine.speculative.hybrid import HybridDrafter
 from llm_engine.speculative.ngram import NgramDrafter
 
 
@@ -27,7 +28,10 @@ def build_drafter(cfg: SpeculativeConfig, target, temperature: float = 0.0,
                   load_model: Callable[[str], object] | None = None) -> Drafter:
     method = cfg.method
     if method == "auto":
-        method = "head" if _head_fits(target) else "ngram"
+        if not _head_fits(target):
+            return NgramDrafter(cfg.ngram_max, cfg.ngram_min)
+        head = build_drafter(SpeculativeConfig(method="head"), target, temperature)
+        return HybridDrafter(head, cfg.ngram_max)
     if method == "ngram":
         return NgramDrafter(cfg.ngram_max, cfg.ngram_min)
     if method == "head":

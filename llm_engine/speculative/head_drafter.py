@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from llm_engine.linear import Linear
 from llm_engine.speculative.drafter import Draft, Drafter
 from llm_engine.speculative.head import EagleHead, HeadCache, HeadConfig
 
@@ -17,8 +18,11 @@ def load_head(path: Path = WEIGHTS, cfg: HeadConfig | None = None) -> EagleHead:
 
     if not path.exists():
         raise FileNotFoundError(f"EAGLE head weights not found: {path}")
-    head = EagleHead(cfg or HeadConfig())
-    head.load_state_dict(load_file(str(path)))
+    weights = load_file(str(path))
+    if cfg is None:  # the draft vocabulary's size is the one shape the file decides
+        cfg = HeadConfig(draft_vocab_size=len(weights.get("draft_vocab", ())))
+    head = EagleHead(cfg)
+    head.load_state_dict(weights)
     return head.eval()
 
 
@@ -29,14 +33,22 @@ class _SeqState:
 
 
 class HeadDrafter(Drafter):
-    """embed [V, D], lm_head [V, D], norm weight [D] are the target's own tensors."""
+    """embed [V, D], lm_head [V, D], norm weight [D] are the target's own tensors (any dtype:
+    the head runs in fp32 on fp32 copies of the rows it needs)."""
 
     name = "head"
 
     def __init__(self, head: EagleHead, embed: torch.Tensor, lm_head: torch.Tensor,
                  norm_weight: torch.Tensor, eps: float, temperature: float = 0.0, seed: int = 0) -> None:
-        self.head, self.embed, self.lm_head = head, embed, lm_head
-        self.norm_weight, self.eps = norm_weight, eps
+        self.head, self.embed = head, embed
+        self.vocab_size = lm_head.shape[0]
+        vocab = head.draft_vocab if len(head.draft_vocab) else None  # [Vd] target ids
+        self.vocab = vocab
+        # [Vd, D]: only the draft vocabulary's LM-head rows (8,192 of 49,152: ~6x less per token)
+        rows = (lm_head if vocab is None else lm_head[vocab]).detach().float()
+        self.lm_sub = Linear(rows.shape[1], rows.shape[0], bias=False)
+        self.lm_sub.weight = torch.nn.Parameter(rows.contiguous(), requires_grad=False)
+        self.norm_weight, self.eps = norm_weight.detach().float(), eps
         self.temperature = temperature
         self.gen = torch.Generator().manual_seed(seed)
         self._seqs: dict[str, _SeqState] = {}
@@ -45,10 +57,23 @@ class HeadDrafter(Drafter):
         st = self._seqs.setdefault(seq_id, _SeqState())
         st.feats.append(target_outputs["features"])  # [n, D] for the newly verified positions
 
-    def _logits(self, f: torch.Tensor) -> torch.Tensor:  # [D] -> [V]
-        f32 = f.float()
-        h = f32 * torch.rsqrt(f32.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm_weight
-        return h @ self.lm_head.T
+    def _normed(self, f: torch.Tensor) -> torch.Tensor:  # target pre-norm [m, D] -> head space g
+        f = f.float()
+        return f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm_weight
+
+    def _pick(self, g: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """g [D] -> (target token id, [V] proposal distribution when sampling)."""
+        logits = self.lm_sub(g[None])[0]  # [Vd]
+        if self.temperature <= 0:
+            j = int(logits.argmax())
+            return (j if self.vocab is None else int(self.vocab[j])), None
+        p = torch.softmax(logits / self.temperature, -1)
+        j = int(torch.multinomial(p, 1, generator=self.gen))
+        if self.vocab is None:
+            return j, p
+        full = torch.zeros(self.vocab_size, dtype=p.dtype)
+        full[self.vocab] = p  # q is 0 outside the draft vocabulary: the acceptance rule stays exact
+        return int(self.vocab[j]), full
 
     @torch.inference_mode()
     def propose(self, seq_id: str, context_token_ids: list[int], k: int) -> Draft:
@@ -57,31 +82,27 @@ class HeadDrafter(Drafter):
             return Draft([])
         ctx = context_token_ids
         if st.feats:
-            f = torch.cat(st.feats)  # [m, D] features of positions start .. len(ctx)-2
+            f = self._normed(torch.cat(st.feats))  # [m, D] features of positions start .. len(ctx)-2
             st.feats = []
             m = f.shape[0]
             # start > rows only after a prefix-cache hit (no features for the cached prompt
             # part): the head then attends over the computed suffix only
             start = len(ctx) - 1 - m
             nxt = torch.tensor(ctx[start + 1 : start + 1 + m])
-            out = self.head(f, self.embed[nxt], torch.arange(start, start + m), st.cache)
+            out = self.head(f, self.embed[nxt].float(), torch.arange(start, start + m), st.cache)
             st.cache.feature = out[-1]
         real = len(st.cache)
         f_hat = st.cache.feature
         pos0 = len(ctx) - 1
         ids, probs = [], []
         for i in range(k):
-            logits = self._logits(f_hat)
-            if self.temperature > 0:
-                p = torch.softmax(logits / self.temperature, -1)
-                tok = int(torch.multinomial(p, 1, generator=self.gen))
-                probs.append(p)
-            else:
-                tok = int(logits.argmax())
+            tok, p = self._pick(f_hat)
             ids.append(tok)
+            if p is not None:
+                probs.append(p)
             if i + 1 < k:
                 pos = torch.tensor([pos0 + i])
-                f_hat = self.head(f_hat[None], self.embed[tok][None], pos, st.cache)[0]
+                f_hat = self.head(f_hat[None], self.embed[tok][None].float(), pos, st.cache)[0]
         st.cache.truncate(real)  # rows from predicted features are never kept
         return Draft(ids, torch.stack(probs) if probs else None)
 

@@ -51,3 +51,19 @@ class HFTarget:
 
     def length(self, seq_id: str) -> int:
         return self._lens.get(seq_id, 0)
+
+
+def load_embedded_hf():
+    """(tokenizer, model): the embedded SmolLM2-135M-Instruct through transformers' own GGUF
+    loader (fp32) — the reference target of the tests. transformers is test-only here."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from parley.assets import model_path
+
+    path = Path(model_path("smollm2-135m-instruct"))
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    return tok, model.eval()
+

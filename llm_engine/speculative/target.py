@@ -26,9 +26,14 @@ class Target(Protocol):
     def length(self, seq_id: str) -> int: ...
 
 
-def extend_many(target: Target, feeds: dict[str, list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One batched forward when the target supports it (the engine does), else one per sequence."""
+def extend_many(target: Target, feeds: dict[str, list[int]], last_logits_only: bool = False
+                ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One batched forward when the target supports it (the engine does), else one per sequence.
+    last_logits_only: logits of each sequence's last new token only ([1, V]; features still for
+    every token) — a prompt's prefill needs no more, and the engine then skips the LM head on
+    the other rows (49,152 x 576 per row: ~25 ms for a 100-token prompt in bf16 here)."""
     batched = getattr(target, "extend_batch", None)
     if batched is not None:
-        return batched(feeds)
-    return [target.extend(sid, toks) for sid, toks in feeds.items()]
+        return batched(feeds, last_logits_only=last_logits_only)
+    outs = [target.extend(sid, toks) for sid, toks in feeds.items()]
+    return [(f, lg[-1:]) for f, lg in outs] if last_logits_only else outs

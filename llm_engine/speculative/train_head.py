@@ -1,14 +1,15 @@
 """Reproduce the shipped EAGLE head for SmolLM2-135M-Instruct on the CPU, from the target's own text.
 
-    python -m llm_engine.speculative.train_head [--out DIR] [--chats 320] [--steps 500]
+    python -m llm_engine.speculative.train_head [--out DIR] [--chats 640] [--steps 1000]
 
-1. data: the target (transformers' GGUF loader, fp32) answers a seeded set of voice-assistant
-   chats (half greedy, half sampled at T=0.7); one more forward pass records, for every
-   position, the last decoder layer's output before the final norm (the feature the engine
-   exposes) and the target's greedy next token.
-2. train: AdamW on   L1(f_hat_{t+1}, f_{t+1}) + CE(lm_head(norm(f_hat_{t+1})), target argmax),
-   the CE over the vocabulary seen in the data (a few thousand ids, ~10x cheaper than 49,152).
-Seeded throughout (torch.manual_seed, fixed prompt order); one torch thread by default.
+1. data (head_data.py): our engine answers a seeded set of voice-assistant chats (batches
+   alternately greedy / sampled at T=0.7); one more pass records every position's feature.
+2. train, in the target's post-norm feature space g (see head.py), two drafting steps per row
+   ("training-time test"): step 1 maps (g_t, x_{t+1}) -> g_{t+1}; step 2 feeds its own
+   prediction with x_{t+2}, attending the real rows <= t and itself (what drafting token 2
+   sees), -> g_{t+2}. Loss per step: smooth-L1 on g + soft cross-entropy against the target's
+   distribution (its LM head on the true g) over the draft vocabulary.
+Seeded throughout (torch.manual_seed, fixed chat order); one torch thread by default.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import random
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -24,189 +26,153 @@ from torch.nn import functional as F
 
 from llm_engine.speculative.head import EagleHead, HeadConfig
 
-SYSTEM = "You are a helpful voice assistant. Answer in one or two short spoken sentences."
-_ASKS = [
-    "What's the weather like in {c} today?", "Set a timer for {n} minutes.",
-    "Remind me to call {p} at {n} pm.", "How do I make {f}?", "Tell me a fun fact about {a}.",
-    "What time is it in {c}?", "Can you recommend a good book about {t}?",
-    "How far is {c} from {c2}?", "Explain {t} in simple terms.", "Play some {g} music.",
-    "What should I cook for dinner with {f2}?", "Give me a quick tip for {t2}.",
-    "Add {f2} to my shopping list.", "Why is the sky blue?", "How many legs does a {a} have?",
-    "Translate 'good morning' into {l}.", "What is {n} times {n2}?",
-    "Write a short poem about {a}.", "Who was {p2}?", "How do I get better at {t2}?",
-    "Book a table for {n} at an Italian restaurant.", "What are the benefits of {t2}?",
-    "Can you summarize the plot of {b}?", "Turn the living room lights {o}.",
-]
-_FILL = {
-    "c": ["Paris", "Tokyo", "Chicago", "Berlin", "Sydney", "Toronto", "Madrid", "Cairo"],
-    "c2": ["London", "Rome", "Boston", "Seoul", "Lima", "Oslo"],
-    "n": ["5", "10", "3", "7", "12", "20", "4"], "n2": ["6", "8", "9", "11", "15"],
-    "p": ["mom", "Sarah", "the dentist", "my boss", "Alex"],
-    "p2": ["Marie Curie", "Albert Einstein", "Ada Lovelace", "Leonardo da Vinci", "Nikola Tesla"],
-    "f": ["pancakes", "guacamole", "a smoothie", "fried rice", "tomato soup", "an omelette"],
-    "f2": ["chicken and rice", "pasta", "eggs", "milk and bread", "potatoes", "apples"],
-    "a": ["octopuses", "cats", "penguins", "elephants", "bees", "dolphins", "spider"],
-    "t": ["black holes", "photosynthesis", "the stock market", "machine learning", "volcanoes",
-          "the internet", "gravity", "climate change"],
-    "t2": ["sleep", "running", "public speaking", "saving money", "meditation", "learning piano"],
-    "g": ["jazz", "classical", "rock", "lo-fi", "pop"], "l": ["Spanish", "French", "German"],
-    "b": ["Romeo and Juliet", "The Hobbit", "Moby Dick", "Pride and Prejudice"],
-    "o": ["on", "off"],
-}
+
+def draft_vocab(data: dict, eos: list[int], size: int) -> torch.Tensor:
+    """The ids the target emits in the replies, most frequent first (eos always in), <= size."""
+    counts = Counter()
+    for x, r0 in zip(data["tokens"], data["reply_start"]):
+        counts.update(x[r0:].tolist())
+    ids = [t for t, _ in counts.most_common()]
+    ids = eos + [t for t in ids if t not in eos]
+    return torch.tensor(sorted(ids[:size]))
 
 
-def training_chats(n: int, seed: int) -> list[list[dict]]:
-    """Seeded voice-assistant chats (one or two user turns), disjoint from the benchmark set."""
-    rng = random.Random(seed)
-
-    def ask() -> str:
-        s = rng.choice(_ASKS)
-        for key, vals in _FILL.items():
-            while "{" + key + "}" in s:
-                s = s.replace("{" + key + "}", rng.choice(vals), 1)
-        return s
-
-    chats = []
-    for i in range(n):
-        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask()}]
-        if i % 3 == 2:
-            msgs += [{"role": "assistant", "content": "Sure, here you go."},
-                     {"role": "user", "content": ask()}]
-        chats.append(msgs)
-    return chats
+def _step_loss(pred, g_true, w_sub):  # pred / g_true [N, D]; w_sub [Vd, D]
+    l1 = F.smooth_l1_loss(pred, g_true)
+    with torch.no_grad():
+        teacher = torch.softmax(g_true @ w_sub.T, -1)  # [N, Vd]
+    logits = pred @ w_sub.T
+    ce = -(teacher * F.log_softmax(logits, -1)).sum(-1).mean()
+    return l1, ce, logits
 
 
-def load_target():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from parley.assets import model_path
-
-    path = Path(model_path("smollm2-135m-instruct"))
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    return tok, model.eval()
-
-
-@torch.inference_mode()
-def generate_data(n_chats: int, max_new: int, seed: int, batch: int = 16, skip: int = 0) -> dict:
-    """skip: chats already generated (a multiple of batch): resume a partial data cache."""
-    tok, model = load_target()
-    tok.padding_side = "left"
-    feats, toks, labels = [], [], []
-    captured = {}
-    hook = model.model.norm.register_forward_hook(lambda m, i, o: captured.__setitem__("f", i[0]))
-    chats = training_chats(n_chats, seed)
-    t0 = time.time()
-    for i in range(skip, len(chats), batch):
-        torch.manual_seed(seed + i)
-        texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
-                 for c in chats[i : i + batch]]
-        enc = tok(texts, return_tensors="pt", padding=True)
-        sample = (i // batch) % 2 == 1
-        out = model.generate(**enc, max_new_tokens=max_new, do_sample=sample, temperature=0.7 if sample else None,
-                             top_p=None, top_k=None, pad_token_id=tok.pad_token_id or 0)
-        mask = torch.cat([enc.attention_mask, (out[:, enc.input_ids.shape[1]:] != -1).long()], 1)
-        logits = model(input_ids=out, attention_mask=mask).logits  # [B, T, V]
-        f = captured["f"]  # [B, T, D] pre-norm last hidden state
-        for b in range(out.shape[0]):
-            keep = mask[b].bool()
-            ids = out[b][keep]
-            eos = (ids[enc.attention_mask[b].sum():] == tok.eos_token_id).nonzero()
-            end = int(enc.attention_mask[b].sum()) + (int(eos[0]) + 1 if len(eos) else max_new)
-            toks.append(ids[:end].clone())
-            feats.append(f[b][keep][:end].half().clone())
-            labels.append(logits[b][keep][:end].argmax(-1).clone())
-        print(f"data {i + batch}/{len(chats)} chats, {sum(len(t) for t in toks)} tokens, {time.time() - t0:.0f}s",
-              flush=True)
-    hook.remove()
-    return {"tokens": toks, "features": feats, "labels": labels,
-            "embed": model.model.embed_tokens.weight.detach().clone(),
-            "norm": model.model.norm.weight.detach().clone(), "eps": model.config.rms_norm_eps}
+def two_step(head: EagleHead, g: torch.Tensor, emb: torch.Tensor):
+    """g [T, D] true features, emb [T, D] token embeddings -> (o1 [T-1, D] ~ g[1:], o2 [T-2, D] ~ g[2:])."""
+    t = g.shape[0]
+    pos = torch.arange(t)
+    x1, q1, k1, v1 = head.project(g[:-1], emb[1:], pos[:-1])
+    causal = torch.ones(t - 1, t - 1, dtype=torch.bool).tril()
+    o1 = head.attend(x1, q1, k1, v1, causal)
+    x2, q2, k2, v2 = head.project(o1[:-1], emb[2:], pos[1:-1])
+    n = t - 2
+    # step-2 row i (position i+1) sees real rows j <= i and itself, never real row i+1
+    mask = torch.cat([torch.ones(n, t - 1, dtype=torch.bool).tril(), torch.eye(n, dtype=torch.bool)], 1)
+    o2 = head.attend(x2, q2, torch.cat([k1, k2]), torch.cat([v1, v2]), mask)
+    return o1, o2
 
 
-def head_loss(head, data, idx, vocab, lm_sub, norm, eps):
-    """Mean loss over sequences idx. Row t: (f_t, x_{t+1}) -> f_{t+1}; CE target: argmax at t+1."""
-    total_l1 = total_ce = 0.0
-    correct = count = 0
+def normed(f: torch.Tensor, norm: torch.Tensor, eps: float) -> torch.Tensor:  # [T, D] pre-norm -> g
+    f = f.float()
+    return f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + eps) * norm
+
+
+def head_loss(head, data, idx, tw, l1_weight: float = 1.0, step2_weight: float = 0.5):
+    """Mean loss over sequences idx; also step-1 / step-2 top-1 agreement on reply rows."""
+    total = 0.0
+    hits = [0, 0]
+    count = [0, 0]
     for j in idx:
-        x, f, y = data["tokens"][j], data["features"][j].float(), data["labels"][j]
-        emb = data["embed"][x[1:]]  # [T-1, D]
-        pred = head(f[:-1], emb, torch.arange(len(x) - 1))  # [T-1, D] predicts f_{1..T-1}
-        l1 = F.smooth_l1_loss(pred, f[1:])
-        h = pred.float() * torch.rsqrt(pred.float().pow(2).mean(-1, keepdim=True) + eps) * norm
-        logits = h @ lm_sub.T  # [T-1, V_sub]
-        tgt = vocab[y[1:]]
-        ce = F.cross_entropy(logits, tgt)
-        total_l1, total_ce = total_l1 + l1, total_ce + ce
-        correct += int((logits.argmax(-1) == tgt).sum())
-        count += len(tgt)
-    n = len(idx)
-    return total_l1 / n, total_ce / n, correct / max(count, 1)
+        x, r0 = data["tokens"][j], data["reply_start"][j]
+        g = normed(data["features"][j], tw["norm"], tw["eps"])
+        o1, o2 = two_step(head, g, tw["embed"][x])
+        for s, (o, tgt) in enumerate(((o1, g[1:]), (o2, g[2:]))):
+            l1, ce, logits = _step_loss(o, tgt, tw["w_sub"])
+            total = total + (1.0 if s == 0 else step2_weight) * (l1_weight * l1 + ce)
+            # row predicting x_{i+2+s}: reply rows are those whose predicted token is in the reply
+            lab = data["labels"][j][1 + s :]  # target's greedy token after position i+1+s
+            pred = tw["vocab"][logits.argmax(-1)]
+            sel = torch.arange(len(lab)) + 2 + s >= r0
+            hits[s] += int((pred[sel] == lab[sel]).sum())
+            count[s] += int(sel.sum())
+    return total / len(idx), [h / max(c, 1) for h, c in zip(hits, count)]
 
 
-def train(data: dict, steps: int, seed: int, lr: float = 3e-3, seqs_per_step: int = 8):
+def train(data: dict, tw: dict, steps: int, seed: int, lr: float = 2e-3, seqs_per_step: int = 8,
+          l1_weight: float = 1.0):
     torch.manual_seed(seed)
-    head = EagleHead(HeadConfig())
-    seen = torch.unique(torch.cat(data["labels"]))
-    vocab = torch.full((data["embed"].shape[0],), -1, dtype=torch.long)
-    vocab[seen] = torch.arange(len(seen))
-    lm_sub = data["embed"][seen]  # tied LM head rows of the seen vocabulary
+    head = EagleHead(HeadConfig(draft_vocab_size=len(tw["vocab"])))
+    head.draft_vocab.copy_(tw["vocab"])
     n = len(data["tokens"])
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    val, tr = order[: max(n // 10, 1)], order[max(n // 10, 1):]
+    val, tr = order[: max(n // 16, 1)], order[max(n // 16, 1):]
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     rng = random.Random(seed)
     t0 = time.time()
     for step in range(steps):
-        idx = rng.sample(tr, min(seqs_per_step, len(tr)))
-        l1, ce, acc = head_loss(head, data, idx, vocab, lm_sub, data["norm"], data["eps"])
-        loss = l1 + 0.1 * ce
+        loss, acc = head_loss(head, data, rng.sample(tr, min(seqs_per_step, len(tr))), tw, l1_weight)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
         if step % 25 == 0 or step == steps - 1:
-            print(f"step {step} l1 {float(l1):.3f} ce {float(ce):.3f} top1 {acc:.3f} {time.time() - t0:.0f}s", flush=True)
+            print(f"step {step} loss {loss.item():.3f} top1 {acc[0]:.3f}/{acc[1]:.3f} {time.time() - t0:.0f}s",
+                  flush=True)
     with torch.no_grad():
-        _, vce, vacc = head_loss(head, data, val, vocab, lm_sub, data["norm"], data["eps"])
-    return head, {"val_ce": float(vce), "val_top1": vacc, "train_seqs": len(tr), "val_seqs": len(val)}
+        _, vacc = head_loss(head, data, val, tw)
+    return head, {"val_top1_step1_reply": vacc[0], "val_top1_step2_reply": vacc[1],
+                  "train_seqs": len(tr), "val_seqs": len(val)}
+
+
+def load_data(engine, path: Path | None, chats: int, max_new: int, seed: int, chunk: int = 160) -> dict:
+    """Generate (or resume from the cache at path) the first `chats` chats, chunk by chunk."""
+    from llm_engine.speculative.head_data import generate_data
+
+    data = torch.load(path, weights_only=True) if path and path.exists() else {"tokens": [], "features": [],
+                                                                               "reply_start": [], "n_chats": 0}
+    while data["n_chats"] < chats:
+        n0 = data["n_chats"]
+        more = generate_data(engine, min(chats, n0 + chunk), max_new, seed, skip=n0)
+        data = {**{k: data[k] + more[k] for k in ("tokens", "features", "reply_start")},
+                "n_chats": min(chats, n0 + chunk)}
+        if path:
+            torch.save(data, path)
+    return data
+
+
+@torch.no_grad()
+def prepare(engine, data: dict, vocab_size: int) -> tuple[dict, dict]:
+    """Reply starts, the target's greedy labels, and the frozen target tensors the loss needs."""
+    m = engine.model
+    tw = {"norm": m.norm.detach().float().clone(), "eps": m.cfg.rms_norm_eps,
+          "embed": m.embed_tokens.weight.detach().float().clone()}
+    lm = m.lm_head.weight.detach().float()
+    out = {"tokens": [t.clone() for t in data["tokens"]], "features": [f.clone() for f in data["features"]],
+           "labels": [], "reply_start": list(data["reply_start"])}
+    for f in out["features"]:
+        out["labels"].append((normed(f, tw["norm"], tw["eps"]) @ lm.T).argmax(-1))
+    tw["vocab"] = draft_vocab(out, sorted(engine.eos_token_ids), vocab_size)
+    tw["w_sub"] = lm[tw["vocab"]].clone()
+    return out, tw
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "weights"))
     ap.add_argument("--data-cache", default="", help="save/load the generated data here (.pt)")
-    ap.add_argument("--chats", type=int, default=320)
-    ap.add_argument("--max-new", type=int, default=80)
-    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--chats", type=int, default=640)
+    ap.add_argument("--max-new", type=int, default=96)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size")
+    ap.add_argument("--l1-weight", type=float, default=1.0, help="feature loss weight (CE has 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    from llm_engine import LLMEngine
+
+    engine = LLMEngine.from_pretrained(enable_prefix_caching=False)  # fp32: the default target
     cache = Path(args.data_cache) if args.data_cache else None
-    data = torch.load(cache, weights_only=True) if cache and cache.exists() else None
-    have = data["n_chats"] if data else 0
-    if have < args.chats:  # generate the missing chats (seeded per batch: same as one long run)
-        more = generate_data(args.chats, args.max_new, args.seed, skip=have)
-        if data:
-            for key in ("tokens", "features", "labels"):
-                more[key] = data[key] + more[key]
-        data = {**more, "n_chats": args.chats}
-        if cache:
-            torch.save(data, cache)
-    # tensors made under inference_mode cannot enter autograd: plain copies for training
-    data = {k: ([t.clone() for t in v] if isinstance(v, list) else v.clone() if torch.is_tensor(v) else v)
-            for k, v in data.items() if k != "n_chats"}
-    head, stats = train(data, args.steps, args.seed)
+    data, tw = prepare(engine, load_data(engine, cache, args.chats, args.max_new, args.seed), args.vocab)
+    head, stats = train(data, tw, args.steps, args.seed, l1_weight=args.l1_weight)
     from safetensors.torch import save_file
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, out / "smollm2-135m-eagle.safetensors")
-    stats.update(chats=args.chats, max_new=args.max_new, steps=args.steps, seed=args.seed,
-                 tokens=sum(len(t) for t in data["tokens"]))
+    stats.update(chats=args.chats, max_new=args.max_new, steps=args.steps, seed=args.seed, l1_weight=args.l1_weight,
+                 draft_vocab=len(tw["vocab"]), tokens=sum(len(t) for t in data["tokens"]))
     (out / "smollm2-135m-eagle.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats))
 

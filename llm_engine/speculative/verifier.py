@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llm_engine.speculative.acceptance import accept_greedy, accept_sampled
-from llm_engine.speculative.adaptive import AdaptiveDraftLength
+from llm_engine.speculative.adaptive import AdaptiveDraftLength, StepCosts
 from llm_engine.speculative.config import SpecMetrics
 from llm_engine.speculative.drafter import Drafter
 from llm_engine.speculative.target import Target, extend_many
@@ -38,13 +38,16 @@ class SpeculativeDecoder:
         self.target, self.drafter = target, drafter
         self.k_max, self.adaptive, self.draft_cost = k_max, adaptive, draft_cost
         self.metrics = SpecMetrics()
+        # measured verify / draft times, kept across generate() calls: the adaptive k's costs
+        self.costs = StepCosts(draft_per_token=draft_cost)
 
     def generate(self, requests: list[SpecRequest], mark: tuple[int, ...] = (12,)) -> list[SpecRequest]:
         t0 = time.perf_counter()
-        ctl = {r.seq_id: AdaptiveDraftLength(self.k_max, self.draft_cost) for r in requests}
+        ctl = {r.seq_id: AdaptiveDraftLength(self.k_max, self.draft_cost, cost=self.costs.relative)
+               for r in requests}
         gens = {r.seq_id: torch.Generator().manual_seed(r.seed) for r in requests}
-        for r in requests:  # prefill, then the first token from the target alone
-            feats, logits = self.target.extend(r.seq_id, r.prompt)
+        for r in requests:  # prefill (one prompt per forward), then the first token from the target
+            [(feats, logits)] = extend_many(self.target, {r.seq_id: r.prompt}, last_logits_only=True)
             self._emit(r, [self._sample(logits[-1], r, gens[r.seq_id])], mark, t0)
             if self.drafter is not None:
                 self.drafter.accepted(r.seq_id, r.prompt + r.output, features=feats)
@@ -55,7 +58,9 @@ class SpeculativeDecoder:
             feeds = {r.seq_id: [(r.prompt + r.output)[-1], *d[0]] for r, d in zip(live, drafts)}
             t = time.perf_counter()
             outs = extend_many(self.target, feeds)  # ONE forward: every sequence's k+1 queries
-            self.metrics.verify_s += time.perf_counter() - t
+            dt = time.perf_counter() - t
+            self.metrics.verify_s += dt
+            self.costs.observe_verify(max(len(d[0]) for d in drafts), dt)
             for r, (ids, probs), (feats, logits) in zip(live, drafts, outs):
                 self._accept(r, ids, probs, feats, logits, ctl[r.seq_id], gens[r.seq_id], mark, t0)
         for r in requests:
@@ -72,7 +77,9 @@ class SpeculativeDecoder:
             return [], None
         t = time.perf_counter()
         d = self.drafter.propose(r.seq_id, r.prompt + r.output, k)
-        self.metrics.draft_s += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        self.metrics.draft_s += dt
+        self.costs.observe_draft(k, dt)
         return d.token_ids[:k], d.probs
 
     def _accept(self, r, draft_ids, probs, feats, logits, ctl, gen, mark, t0) -> None:

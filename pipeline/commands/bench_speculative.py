@@ -4,10 +4,11 @@ from __future__ import annotations
 
 
 def register_bench(sub) -> None:
-    p = sub.add_parser("speculative", help="plain vs n-gram vs EAGLE-head speculation: tok/s, acceptance")
+    p = sub.add_parser("speculative", help="plain vs n-gram / EAGLE head / both: tok/s, acceptance")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--k", type=int, default=5)
+    p.add_argument("--weights", default="fp32,bf16", help="comma-separated weight formats")
     p.add_argument("--json", default="")
     p.set_defaults(func=_run)
 
@@ -16,5 +17,5 @@ def _run(args) -> int:
     from benchmarks.speculative import main
 
     main(["--max-tokens", str(args.max_tokens), "--threads", str(args.threads), "--k", str(args.k),
-          "--json", args.json])
+          "--weights", args.weights, "--json", args.json])
     return 0
