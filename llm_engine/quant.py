@@ -41,6 +41,9 @@ class Int8Linear(nn.Module):
         self.register_buffer("wsum", q.to(torch.int32).sum(dim=1).to(torch.int32))  # [out]
         self.bias = None if lin.bias is None else nn.Parameter(lin.bias.detach().float().clone(), requires_grad=False)
 
+    def dequantized(self) -> torch.Tensor:  # [out, in] fp32: what the int8 rows stand for
+        return self.weight.float() * self.scale[:, None]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] fp32 -> [..., out]
         x2 = x.reshape(-1, self.in_features).float()
         if x.device.type == "cpu" and x2.shape[0] > 0 and cpu_gemv_available():

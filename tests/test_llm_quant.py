@@ -99,3 +99,18 @@ def test_int8_weights_within_half_a_step():
     assert q.weight.dtype == torch.int8
     err = (q.weight.float() * q.scale[:, None] - lin.weight).abs()
     assert (err <= q.scale[:, None] / 2 + 1e-7).all()
+
+
+@pytest.mark.unit
+def test_int8_engine_exposes_a_real_valued_lm_head_to_drafters(tmp_path):
+    """A draft head scores tokens with the target's LM head: int8 rows must come dequantized."""
+    from llm_engine import LLMEngine
+    from llm_engine.speculative.engine_target import EngineTarget
+    from tests.llm_helpers import make_tiny_llama
+
+    make_tiny_llama(tmp_path)
+    fp32 = EngineTarget(LLMEngine.from_pretrained(str(tmp_path))).lm_head_weight()
+    int8 = EngineTarget(LLMEngine.from_pretrained(str(tmp_path), weight_format="int8")).lm_head_weight()
+    assert int8.dtype == torch.float32 and int8.shape == fp32.shape
+    step = fp32.abs().amax(dim=1, keepdim=True) / 127
+    assert ((int8 - fp32).abs() <= step / 2 + 1e-6).all()

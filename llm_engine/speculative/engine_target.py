@@ -25,8 +25,9 @@ class EngineTarget:
     def embed_weight(self) -> torch.Tensor:
         return self.engine.model.embed_tokens.weight
 
-    def lm_head_weight(self) -> torch.Tensor:
-        return self.engine.model.lm_head.weight
+    def lm_head_weight(self) -> torch.Tensor:  # [V, D] real-valued (an int8 head dequantized)
+        head = self.engine.model.lm_head
+        return head.dequantized() if hasattr(head, "dequantized") else head.weight
 
     def norm(self) -> tuple[torch.Tensor, float]:
         return self.engine.model.norm, self.engine.model.cfg.rms_norm_eps
