@@ -57,7 +57,7 @@ def _i8(n, k, seed):
     return w, torch.rand(n, generator=g) + 0.01, w.to(torch.int32).sum(1).to(torch.int32)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 8])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
 @pytest.mark.parametrize("n, k", [(1, 64), (7, 37), (64, 576), (33, 1536), (9, 100)])
 def test_gemv_i8_matches_ref(rows, n, k):
     _require_kernel()
