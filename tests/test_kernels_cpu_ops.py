@@ -97,6 +97,31 @@ def test_paged_attention_matches_ref(group, block_size, q_lens, ctx):
     assert_close_verbose(got, ref, f"paged attention g={group} bs={block_size} q={q_lens} ctx={ctx}")
 
 
+@pytest.mark.parametrize("d", [16, 40, 48, 128])  # 40: the scalar path; others the grouped AVX-512 one
+def test_paged_attention_head_sizes(d):
+    g = _g(d)
+    kc, vc, tables = _paged(g, (37, 70), 16, 2, d)
+    q = torch.randn(7, 6, d, generator=g)
+    cu, lens = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([37, 70], dtype=torch.int32)
+    got = cpu_ops.paged_attention(q, kc, vc, tables, cu, lens, d**-0.5)
+    assert_close_verbose(got, prefill_attention_ref(q, kc, vc, tables, cu, lens, d**-0.5), f"paged attention d={d}")
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_paged_attention_row_does_not_depend_on_verify_width(n):
+    """Row i of an n-row verify pass equals the 1-row decode of that position bit for bit:
+    what keeps greedy speculative output identical to plain decoding."""
+    g = _g(n)
+    kc, vc, tables = _paged(g, (150,), 16, 3, 64)
+    q = torch.randn(n, 9, 64, generator=g)
+    wide = cpu_ops.paged_attention(q, kc, vc, tables, torch.tensor([0, n], dtype=torch.int32),
+                                   torch.tensor([150], dtype=torch.int32), 0.125)
+    for i in range(n):
+        one = cpu_ops.paged_attention(q[i : i + 1], kc, vc, tables, torch.tensor([0, 1], dtype=torch.int32),
+                                      torch.tensor([150 - n + 1 + i], dtype=torch.int32), 0.125)
+        assert torch.equal(wide[i], one[0]), f"row {i} of {n}"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_paged_attention_threads_agree(threads):
     g = _g(7)
