@@ -31,6 +31,34 @@ def test_two_step_training_rows_equal_incremental_drafting():
 
 
 @pytest.mark.unit
+def test_head_cache_grows_in_place_and_rolls_back():
+    cache = HeadCache()
+    rows = [torch.randn(n, 2, 4) for n in (50, 30, 1)]  # past the first capacity (64)
+    for r in rows:
+        k, v = cache.append(r, -r)
+    assert len(cache) == 81 and torch.equal(k, torch.cat(rows)) and torch.equal(v, -torch.cat(rows))
+    cache.truncate(50)
+    new = torch.randn(3, 2, 4)
+    k, _ = cache.append(new, new)  # rolled-back rows are overwritten, the kept ones untouched
+    assert len(cache) == 53 and torch.equal(k[:50], rows[0]) and torch.equal(k[50:], new)
+
+
+@pytest.mark.unit
+@torch.no_grad()
+def test_cached_attention_native_equals_sdpa(monkeypatch):
+    from kernels import cpu_ops
+
+    torch.manual_seed(3)
+    head = EagleHead(TINY).eval()
+    q, k, v = torch.randn(4, 4, 16), torch.randn(20, 2, 16), torch.randn(20, 2, 16)
+    if not cpu_ops.native_ok(q, k, v):
+        pytest.skip("the C++ CPU ops did not build here")
+    native = head._causal_cached(q, k, v)
+    monkeypatch.setattr(cpu_ops, "native_ok", lambda *t: False)
+    torch.testing.assert_close(native, head._causal_cached(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_draft_vocabulary_drafts_only_its_ids_and_output_is_exact(temperature):
     from llm_engine.speculative.hf_target import HFTarget
