@@ -68,7 +68,8 @@ struct F32Step {  // fp32 weights, fp32 x
 #if defined(__AVX512BF16__)
 // bf16 weights x bf16 activations with vdpbf16ps: 32 multiply-adds an instruction, half the
 // FMA count of an upcast path (the dev machine retires ~0.5 512-bit FMA a cycle with its
-// sibling thread busy, which caps any path from 2 rows on); products exact, sums fp32.
+// sibling thread busy, so an upcast path is compute-bound from 2 rows on); products exact,
+// sums fp32.
 struct Bf16Step {
     using X = uint16_t;
     using W = uint16_t;
