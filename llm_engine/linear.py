@@ -23,15 +23,19 @@ faster still. One 92160x576 matrix (212 MB fp32), 1 thread, best of 15, same run
 | 8    | 14.7 ms       | 14.1 ms     | 7.5 ms        | 7.8 ms      |
 
 "auto", on CPU in inference, takes cpu_gemv up to 8 rows (decode, small batches, speculative
-verify) and oneDNN above (prefill). One kernel for 1-8 rows also means one arithmetic: a row's
+verify); above (prefill, batches of verify passes) fp32 goes to oneDNN and bf16 runs cpu_gemv
+8 rows at a time. Measured side by side (1 thread, machine shared): bf16 [1728, 576] at 16 /
+128 rows 0.29 / 1.34 ms through oneDNN on an fp32 copy of the weight, 0.10 / 0.73 ms in 8-row
+chunks; the tied LM head [49152, 576] at 16 rows 112 ms against 7 ms (its fp32 copy alone is
+113 MB). fp32 chunks lose to oneDNN from 64 rows (0.74 vs 0.57 ms), so fp32 keeps oneDNN. One kernel for 1-8 rows also means one arithmetic: a row's
 sum runs in the same order whatever the number of rows, so a k+1-row verify step scores a
 token exactly as a 1-row decode step would. oneDNN's bf16 matmul, by contrast, rounds its
 output to bf16; mixing it in would make a decode step and a verify step (or a prefix-cache
 hit's short prefill) disagree by a bf16 ulp, enough to flip greedy near-ties (measured: a
 repeated 48-token greedy prompt diverged at token 24 with oneDNN bf16 alone). So every bf16
 route here computes the same thing: activations rounded to bf16, exact products, fp32 sums
-and output; above 8 rows (prefill) through oneDNN fp32 on an fp32 copy of the weight. Elsewhere (CUDA: cuBLAS), and whenever autograd records (no CPU
-route has a backward), F.linear.
+and output (oneDNN, when cpu_gemv is unavailable, on an fp32 copy of the weight). Elsewhere
+(CUDA: cuBLAS), and whenever autograd records (no CPU route has a backward), F.linear.
 """
 
 from __future__ import annotations
@@ -78,8 +82,10 @@ class Linear(nn.Linear):
             y = F.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
             return y if y.dtype == x.dtype else y.to(x.dtype)
         x2 = x.reshape(-1, self.in_features)  # [M, in]
-        if route == "gemv":
-            y = gemv_checked(x2, self.weight)  # bf16 weights: x rounded to bf16 inside
+        if route == "gemv":  # bf16 weights: x rounded to bf16 inside; above 8 rows in chunks
+            rows = GEMV_MAX_ROWS[self.weight.dtype]
+            y = (gemv_checked(x2, self.weight) if x2.shape[0] <= rows
+                 else torch.cat([gemv_checked(c, self.weight) for c in x2.split(rows)]))
         else:
             w = self.weight
             if w.dtype == torch.bfloat16:  # the same products as cpu_gemv's bf16 path (see above)
@@ -103,7 +109,8 @@ class Linear(nn.Linear):
             self._gemv_ok = self.backend == "auto" and w.dtype in GEMV_MAX_ROWS and _gemv_takes(w)
             self._gemv_for = key
         rows = x.numel() // self.in_features
-        if self._gemv_ok and x.dtype == torch.float32 and 0 < rows <= GEMV_MAX_ROWS[w.dtype]:
+        if self._gemv_ok and x.dtype == torch.float32 and rows > 0 and (
+                rows <= GEMV_MAX_ROWS[w.dtype] or w.dtype == torch.bfloat16):
             return "gemv"
         return "onednn"
 

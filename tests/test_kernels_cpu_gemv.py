@@ -146,16 +146,22 @@ def _lin(n_in, n_out, dtype, bias=False) -> Linear:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_rows_agree_across_routes(dtype):
-    """1 row (cpu_gemv) and 9 rows (oneDNN) compute the same products: row 0 agrees to fp32
-    summation order. (oneDNN's own bf16 output rounding would break this by a bf16 ulp.)"""
+    """1 row (cpu_gemv) and 19 rows (fp32: oneDNN; bf16: cpu_gemv in 8-row chunks) compute the
+    same products: rows agree to fp32 summation order, bf16 ones bit for bit. (oneDNN's own
+    bf16 output rounding would break this by a bf16 ulp.)"""
     _require_kernel()
     lin = _lin(576, 960, dtype, bias=True)
-    x = torch.randn(9, 576)
+    x = torch.randn(19, 576)
     with torch.inference_mode():
-        assert lin._route(x[:1]) == lin._route(x[:8]) == "gemv" and lin._route(x) == "onednn"
+        assert lin._route(x[:1]) == lin._route(x[:8]) == "gemv"
+        assert lin._route(x) == ("gemv" if dtype == torch.bfloat16 else "onednn")
         one, many = lin(x[:1]), lin(x)
-    assert one.dtype == many.dtype == torch.float32
+        last = lin(x[-1:])
+    assert one.dtype == many.dtype == torch.float32 and many.shape == (19, 960)
+    if dtype == torch.bfloat16:
+        assert torch.equal(one, many[:1]) and torch.equal(last, many[-1:])
     torch.testing.assert_close(one, many[:1], rtol=2e-6, atol=2e-6)
+    torch.testing.assert_close(last, many[-1:], rtol=2e-6, atol=2e-6)
 
 
 def test_linear_without_the_kernel_takes_onednn(monkeypatch):
