@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -23,12 +24,22 @@ def test_splits_are_disjoint_in_sentences_and_voices():
             if a < b:
                 assert not set(parts[a][0]) & set(parts[b][0]), f"{a} and {b} share sentences"
                 assert not {v.label for v in parts[a][1]} & {v.label for v in parts[b][1]}, f"{a}/{b} share voices"
-    assert len(set(sentences.TRAIN)) == len(sentences.TRAIN) >= 60
-    assert len(sentences.VALIDATION) >= 12 and len(sentences.TEST) == 10
+    assert len(set(sentences.TRAIN)) == len(sentences.TRAIN) >= 200
+    assert len(set(sentences.VALIDATION)) == len(sentences.VALIDATION) >= 50 and len(sentences.TEST) == 10
+    assert len(parts["train"][1]) >= 20 and len(parts["validation"][1]) >= 12
     for name in SPLITS:  # both engines in every split
         assert {v.engine for v in parts[name][1]} == {"piper", "espeak"}
     with pytest.raises(ValueError):
         split("held-out")
+
+
+@pytest.mark.unit
+def test_the_test_split_is_the_one_of_the_first_model_card():
+    """Its sentences and voices (and the seed) never change, so test figures stay comparable."""
+    sents, voices = split("test")
+    assert hashlib.sha1("\n".join(sents).encode()).hexdigest() == "ed1fdb0993bfb02bb220af8291499b84df86e7b3"
+    assert [v.label for v in voices] == ["piper-joe-1", "piper-joe-1.25", "espeak-en-us_f3-165",
+                                         "espeak-en-gb-scotland-175", "espeak-en-029-185"]
 
 
 @pytest.mark.unit

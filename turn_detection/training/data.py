@@ -31,11 +31,20 @@ TRAIN_VOICES: tuple[Voice, ...] = (
     Voice("espeak", "en-us+m3", 170), Voice("espeak", "en-gb-x-rp", 160), Voice("espeak", "en-us+f2", 180),
     Voice("espeak", "en-gb-x-gbclan", 165), Voice("espeak", "en-us-nyc", 175), Voice("espeak", "en-us+m1", 145),
     Voice("espeak", "en-gb+f4", 190),
+    # added for the third model card: more rates, and espeak variants (pitch, formants, voicing)
+    Voice("piper", "joe", 0.75), Voice("piper", "joe", 1.3),
+    Voice("espeak", "en-us+m4", 155), Voice("espeak", "en+m6", 175), Voice("espeak", "en-us+klatt", 165),
+    Voice("espeak", "en-gb-x-rp+f5", 170), Voice("espeak", "en-us-nyc+Annie", 185),
+    Voice("espeak", "en-gb-x-gbclan+david", 160), Voice("espeak", "en-us+Alicia", 195),
+    Voice("espeak", "en+john", 150),
 )
 # Piper ships one speaker (joe): its splits differ by speaking rate only (see MODEL_CARD.md)
 VALIDATION_VOICES: tuple[Voice, ...] = (
     Voice("piper", "joe", 0.95), Voice("piper", "joe", 1.2),
     Voice("espeak", "en-gb-x-gbcwmd", 170), Voice("espeak", "en-us+m2", 160), Voice("espeak", "en-us+f1", 185),
+    Voice("piper", "joe", 0.85), Voice("piper", "joe", 1.15),
+    Voice("espeak", "en-us+m5", 175), Voice("espeak", "en-gb-x-gbcwmd+f4", 160), Voice("espeak", "en-gb-x-rp+m8", 165),
+    Voice("espeak", "en-us-nyc+paul", 150), Voice("espeak", "en+Mike", 190),
 )
 TEST_VOICES: tuple[Voice, ...] = (
     Voice("piper", "joe", 1.0), Voice("piper", "joe", 1.25),

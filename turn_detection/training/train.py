@@ -7,10 +7,11 @@ Each utterance yields clips: complete (then silence) and twice paused (the prefi
 word boundary, then silence). Every clip is streamed through the real detector stream (VAD +
 pause handling) with no classifier, so the examples are exactly the pauses the detector sees
 at run time; a pause at the end of a complete utterance is positive, every other pause is
-negative. The hidden size and L2 strength, and with them the endpointing policy, are chosen on
-the validation split: for each candidate the policy search of tune.py runs on the validation
-benchmark clips, and the lowest mean latency at <= --max-fc false cutoffs wins. The test split
-is only scored (with --report-test) after that choice."""
+negative. The hidden size and L2 strength, and with them the endpointing policy and its
+false-cutoff cap, are chosen on the validation split (see `choose`): for each candidate the
+policy search of tune.py runs on the validation benchmark clips; the cap is the largest whose
+policy, chosen on one half of validation, stays within 5% false cutoffs on the other half.
+The test split is only scored (with --report-test) after that choice."""
 
 from __future__ import annotations
 
@@ -113,22 +114,34 @@ def log_loss(p: np.ndarray, y: np.ndarray) -> float:
     return float(-0.5 * np.log(p[y > 0]).mean() - 0.5 * np.log(1 - p[y == 0]).mean())
 
 
-def choose(xtr, ytr, xva, yva, traces, seed: int, max_fc: float):
-    """Fit every GRID entry on train; keep the one whose best policy on the validation
-    benchmark clips has the lowest mean latency at <= max_fc false cutoffs (ties: log-loss).
-    -> (classifier, (hidden, l2), policy, validation score)."""
-    from turn_detection.training.tune import best, grid, sweep
+def choose(xtr, ytr, xva, yva, traces, half, seed: int, max_fc: float | None):
+    """Fit every GRID entry on train and choose its policy on the validation benchmark clips:
+    the lowest mean latency at <= cap false cutoffs. With max_fc the cap is max_fc and the
+    entry with the lowest such latency wins (ties: log-loss). With None the cap is, per entry,
+    the largest of CAPS whose policy, chosen on one half of validation, keeps <= TARGET_FC on
+    the other half (tune.held_out_cap), and the entry with the lowest held-out latency at
+    that cap wins (entries that reach TARGET_FC at no cap come last).
+    -> (classifier, (hidden, l2), policy, validation score, cap)."""
+    from turn_detection.training.tune import CAPS, TARGET_FC, best, grid, held_out_cap, sweep
 
     policies, found = grid(), None
     for hidden, l2 in GRID:
         clf = ProsodyClassifier.fit(xtr, ytr, hidden=hidden, l2=l2, seed=seed)
         p = 1 / (1 + np.exp(-clf.logits(xva)))
-        policy, score = best(sweep([t.with_classifier(clf) for t in traces], policies), max_fc)
-        key = (round(score["latency_mean_s"], 4), log_loss(p, yva))
-        print(f"  hidden {hidden:2d} l2 {l2:5.1f}: validation log-loss {key[1]:.3f} AUC {auc(p, yva):.3f}, "
-              f"endpointing at <= {max_fc:.0%} FC: {score['latency_mean_s']:.3f} s")
+        with_clf = [t.with_classifier(clf) for t in traces]
+        cap, rows = (max_fc, []) if max_fc is not None else held_out_cap(with_clf, half, policies, CAPS, TARGET_FC)
+        policy, score = best(sweep(with_clf, policies), cap)
+        if max_fc is not None:
+            key = (False, round(score["latency_mean_s"], 4), log_loss(p, yva))
+        else:
+            fc, lat = rows[CAPS.index(cap)]
+            key = (fc > TARGET_FC, round(lat, 4), log_loss(p, yva))
+        held = " ".join(f"{c:.1%}->{fc:.1%}/{lat:.3f}s" for c, (fc, lat) in zip(CAPS, rows))
+        print(f"  hidden {hidden:2d} l2 {l2:5.1f}: validation log-loss {key[-1]:.3f} AUC {auc(p, yva):.3f}, "
+              f"endpointing at <= {cap:.1%} FC: {score['latency_mean_s']:.3f} s"
+              + (f"; held-out half FC/latency per cap: {held}" if held else ""), flush=True)
         if found is None or key < found[0]:
-            found = (key, clf, (hidden, l2), policy, score)
+            found = (key, clf, (hidden, l2), policy, score, cap)
     return found[1:]
 
 
@@ -137,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policy-out", type=Path, default=DEFAULT_POLICY)
-    ap.add_argument("--max-fc", type=float, default=0.03, help="false-cutoff cap for the validation choice")
+    ap.add_argument("--max-fc", type=float, help="false-cutoff cap for the validation choice "
+                    "(default: chosen on held-out halves of validation, see choose)")
     ap.add_argument("--val-repeats", type=int, default=3, help="validation clip sets (new cuts each)")
     ap.add_argument("--cache", type=Path, help="keep the collected pause audio here between runs")
     ap.add_argument("--report-test", action="store_true", help="also score the test split (final report only)")
@@ -150,13 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         ctx, lens, y = load_split(name, args.seed + i, vad, args.cache)
         data[name] = (cached_features(ctx, lens, args.cache, f"{name}-seed{args.seed + i}"), y)
         print(f"{name}: {len(y)} pauses ({int(y.sum())} ends), {time.time() - t0:.0f} s")
-    from turn_detection.training.tune import feature_traces
+    from turn_detection.training.tune import cached_feature_traces, halves
 
     # each repeat cuts every validation utterance at new points with new pause lengths: 140
     # clips (4 false cutoffs = 3%) let the policy search overfit, 10% FC on test vs 2.9% here
-    traces = [t for r in range(args.val_repeats) for t in feature_traces(vad, args.seed + 100 * r)]
-    clf, (hidden, l2), policy, score = choose(*data["train"], *data["validation"], traces, args.seed, args.max_fc)
-    print(f"chosen on validation: hidden {hidden}, l2 {l2}; {policy}: FC {score['false_cutoff_rate']:.1%}, "
+    traces = [t for r in range(args.val_repeats) for t in cached_feature_traces(vad, args.seed + 100 * r, args.cache)]
+    sents, voices = split("validation")
+    half = halves(len(voices), len(sents), args.val_repeats)
+    clf, (hidden, l2), policy, score, cap = choose(*data["train"], *data["validation"], traces, half, args.seed,
+                                                   args.max_fc)
+    print(f"chosen on validation: hidden {hidden}, l2 {l2}, cap {cap:.1%}; {policy}: "
+          f"FC {score['false_cutoff_rate']:.1%}, "
           f"mean {score['latency_mean_s']:.3f} s, p50 {score['latency_p50_s']:.3f} s on {len(traces)} clips")
     for name, (x, y) in data.items():
         p = 1 / (1 + np.exp(-clf.logits(x)))
