@@ -11,7 +11,7 @@ from turn_detection.text_cues import text_unfinished
 from turn_detection.training.make_dataset import make_clip
 
 TEXTS = (
-    "I need a taxi to the airport at seven tomorrow morning.",
+    "Please book me a window seat on the early train to Denver.",
     "Remind me to buy flowers for my mother on the way home.",
 )
 needs_espeak = pytest.mark.skipif(not espeak_available(), reason="espeak-ng binary not installed")
