@@ -1,12 +1,13 @@
 // Paged attention for CPU decode and speculative verify, fp32: a few query rows per sequence
 // against its K/V read in place from the paged cache (included by cpu_decode_ops.cpp).
 //
-// Measured on the 2-core dev machine, 1 thread, SmolLM2's 9 query heads over 3 KV heads, 300
-// cached keys, through the Python launcher: per query row (scores with one horizontal sum per
-// key, each head re-reading its K/V) 19.7 us for 1 row, 113 us for 8; grouped as below (the 3
-// heads x all rows that share a KV head score each K block and sum each V row together, 16
-// scores per transpose-add tree) 14.7 and 54.7 us; 1,000 keys: 55 / 370 -> 37 / 170 us
-// (benchmarks/cpu_attention.py). torch SDPA, which gathers the paged K/V first, is slower still.
+// Measured on the 2-core dev machine, 1 thread, SmolLM2's 9 query heads over 3 KV heads,
+// through the Python launcher, side by side in one run (medians): the former per-row kernel
+// (one horizontal sum per key, each head re-reading its K/V) against the grouped one below
+// (the 3 heads x all verify rows that share a KV head score each K block and sum each V row
+// together, 16 scores per transpose-add tree): 300 cached keys, 1 / 8 query rows 21.7 / 118
+// -> 15.7 / 58.5 us; 1,000 keys 58.6 / 396 -> 41 / 178 us. benchmarks/cpu_attention.py
+// compares with torch (gather the blocks, SDPA): 5-30x slower.
 
 #include <math.h>
 #include <stdint.h>

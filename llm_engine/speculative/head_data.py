@@ -3,7 +3,10 @@
 Seeded voice-assistant chats (one or two user turns; the second turn follows the target's own
 first reply), answered by our engine (batched `LLMEngine.generate`, alternately greedy and
 sampled at T=0.7 with per-request seeds), then one prefill pass per finished chat through
-`EngineTarget` records the pre-norm feature of every position. Disjoint from the benchmark
+`EngineTarget` records the pre-norm feature of every position. The replies may come from a
+faster engine than the features (bf16 weights in batches of 8, the fused CPU path: 250 tok/s
+against fp32's 133-156 measured side by side); the features always come from `feature_engine`
+(fp32), so the head learns the fp32 target's map on text that the target (nearly) writes. Disjoint from the benchmark
 prompts (benchmarks/data/voice_prompts.json): different templates and fillers.
 """
 
@@ -39,11 +42,36 @@ _ASKS = [
     "What's the capital of {country}?", "How do I say thank you in {l}?",
     "Suggest a quick workout I can do at home.", "What should I pack for a trip to {c}?",
     "How can I be more productive at work?", "What's a healthy breakfast idea?",
+    # added with the 4x data (2,560 chats): more request shapes, small talk and multi-part asks
+    "Start a {n} minute countdown for the {dish}.", "Wake me up at {n} {ampm} on {day}.",
+    "Move my {event} with {p} to {day} at {n} {ampm}.", "Note that the {thing} code is {code}.",
+    "Add {chore} to my to-do list for {day}.", "Order more {f3} from the usual store.",
+    "Tell {p} I'm running {n} minutes behind.", "Lock the front door and turn off the {room} lights.",
+    "Dim the {room} lights to {pct} percent.", "Turn up the volume to {pct} percent.",
+    "Pause the music.", "Skip this song.", "What's the score of the {team} game?",
+    "How long will it take to drive to {c2}?", "Find a {shop} near me that's open now.",
+    "What's the exchange rate from dollars to {cur}?", "Convert {n2} {unit} to {unit2}.",
+    "How many {unit2} are in a {unit3}?", "Spell the word {word}.", "What does {word} mean?",
+    "Give me a synonym for {adj}.", "Flip a coin.", "Pick a random number between one and {n2}.",
+    "What day of the week is {date}?", "How many days until {holiday}?",
+    "What's the best way to clean {surface}?", "My {device} won't turn on, what should I try?",
+    "How do I reset my {device}?", "What's a good gift for {p3}?", "Plan a {n} day trip to {c}.",
+    "Recommend a {g} song for {mood} evenings.", "What movie should I watch tonight?",
+    "Tell me something interesting about {c}.", "What's the tallest {landmark} in the world?",
+    "How do {a} communicate?", "How do I take care of a {plant}?", "When should I plant {veg}?",
+    "How much water should I drink a day?", "Help me stretch my {body} after running.",
+    "I feel {feel}, any advice?", "I'm bored, what can I do?", "Good morning! What's the plan for today?",
+    "How are you today?", "Thank you, that's all for now.", "Quiz me on {subject}.",
+    "Teach me one word in {l}.", "Read me a short bedtime story about {a1}s.",
+    "What's {n2} percent of {n3}?", "How do I calculate a tip on {n3} dollars?",
+    "Remind me to take my {med} every morning.", "Check if I have any meetings after {n} {ampm}.",
 ]
 _FOLLOW = [
     "Thanks. And what about {t}?", "Can you make it shorter?", "Okay, and for {day}?",
     "What else should I know?", "Actually, change it to {n} {ampm}.", "Why is that?",
     "Great, add {f3} too.", "And how about in {c2}?", "Can you give me another one?",
+    "Sorry, I meant {day}.", "Make that {n2} instead.", "Can you say that again more slowly?",
+    "Perfect, thanks!", "What would you suggest instead?", "Is that expensive?", "And for {p}?",
 ]
 _FILL = {
     "c": ["Paris", "Tokyo", "Chicago", "Berlin", "Sydney", "Toronto", "Madrid", "Cairo", "Denver",
@@ -84,6 +112,28 @@ _FILL = {
     "msg": ["the report is ready", "lunch is moved to noon", "thanks for the help"],
     "rest": ["an Italian restaurant", "the sushi place", "a steakhouse"],
     "country": ["Canada", "Australia", "Kenya", "Peru", "Norway"],
+    "dish": ["pizza", "cookies", "rice", "tea", "roast chicken"],
+    "event": ["meeting", "lunch", "call", "appointment", "coffee"],
+    "thing": ["garage", "wifi", "gate", "locker"], "code": ["4 7 1 9", "2 2 0 5", "seven eight one"],
+    "pct": ["20", "35", "50", "80", "fifty"], "team": ["Lakers", "Yankees", "Arsenal", "Chiefs"],
+    "shop": ["pharmacy", "coffee shop", "gas station", "hardware store", "bakery"],
+    "cur": ["euros", "yen", "pounds", "pesos"],
+    "unit": ["miles", "pounds", "cups", "degrees Fahrenheit", "ounces"],
+    "unit2": ["kilometers", "kilograms", "milliliters", "degrees Celsius", "grams"],
+    "unit3": ["mile", "pound", "gallon", "foot"],
+    "word": ["serendipity", "necessary", "ephemeral", "rhythm", "quarantine"],
+    "adj": ["happy", "big", "tired", "fast", "important"],
+    "date": ["July fourth", "Christmas Day", "the first of May", "March tenth"],
+    "holiday": ["Christmas", "Halloween", "New Year's Day", "Thanksgiving", "my birthday on the 9th"],
+    "surface": ["a cast iron pan", "hardwood floors", "a glass stovetop", "white sneakers"],
+    "device": ["laptop", "phone", "router", "smart speaker", "tablet"],
+    "p3": ["my dad", "a coworker", "my sister", "a ten year old", "my neighbor"],
+    "mood": ["quiet", "rainy", "happy", "lazy"], "landmark": ["building", "mountain", "waterfall", "bridge"],
+    "plant": ["succulent", "basil plant", "fern", "orchid", "snake plant"],
+    "veg": ["tomatoes", "carrots", "garlic", "lettuce"], "body": ["calves", "hamstrings", "back", "hips"],
+    "feel": ["stressed", "tired", "nervous about an interview", "a bit lonely"],
+    "subject": ["world capitals", "the planets", "basic math", "animal facts", "US history"],
+    "n3": ["40", "64", "120", "250", "85"], "med": ["vitamins", "allergy pill", "medicine"],
 }
 
 
@@ -112,12 +162,14 @@ def _answer(engine, convs: list[list[dict]], max_new: int, seed: int, sample: bo
     return [list(o.token_ids) for o in engine.chat(convs, params)]
 
 
-def generate_data(engine, n_chats: int, max_new: int, seed: int, batch: int = 16, skip: int = 0) -> dict:
+def generate_data(engine, n_chats: int, max_new: int, seed: int, batch: int = 8, skip: int = 0,
+                  feature_engine=None) -> dict:
     """tokens [T] int64, pre-norm features [T, D] fp16 and the final reply's start, per chat;
-    skip: chats already generated (a multiple of batch), to resume a partial data cache."""
+    skip: chats already generated (a multiple of batch), to resume a partial data cache;
+    engine writes the replies, feature_engine (default: engine) records the features."""
     from llm_engine.speculative.engine_target import EngineTarget
 
-    target = EngineTarget(engine)
+    target = EngineTarget(feature_engine or engine)
     toks, feats, starts = [], [], []
     t0 = time.time()
     chats = training_chats(n_chats, seed)

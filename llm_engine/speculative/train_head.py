@@ -1,6 +1,6 @@
 """Reproduce the shipped EAGLE head for SmolLM2-135M-Instruct on the CPU, from the target's own text.
 
-    python -m llm_engine.speculative.train_head [--out DIR] [--chats 640] [--steps 1000]
+    python -m llm_engine.speculative.train_head [--out DIR] [--chats 2560] [--steps 2400] [--data-cache F]
 
 1. data (head_data.py): our engine answers a seeded set of voice-assistant chats (batches
    alternately greedy / sampled at T=0.7); one more pass records every position's feature.
@@ -115,15 +115,18 @@ def train(data: dict, tw: dict, steps: int, seed: int, lr: float = 2e-3, seqs_pe
                   "train_seqs": len(tr), "val_seqs": len(val)}
 
 
-def load_data(engine, path: Path | None, chats: int, max_new: int, seed: int, chunk: int = 160) -> dict:
-    """Generate (or resume from the cache at path) the first `chats` chats, chunk by chunk."""
+def load_data(engine, path: Path | None, chats: int, max_new: int, seed: int, chunk: int = 160,
+              writer=None) -> dict:
+    """Generate (or resume from the cache at path) the first `chats` chats, chunk by chunk;
+    writer (default: engine) writes the replies, engine records the features."""
     from llm_engine.speculative.head_data import generate_data
 
     data = torch.load(path, weights_only=True) if path and path.exists() else {"tokens": [], "features": [],
                                                                                "reply_start": [], "n_chats": 0}
     while data["n_chats"] < chats:
         n0 = data["n_chats"]
-        more = generate_data(engine, min(chats, n0 + chunk), max_new, seed, skip=n0)
+        more = generate_data(writer or engine, min(chats, n0 + chunk), max_new, seed, skip=n0,
+                             feature_engine=engine)
         data = {**{k: data[k] + more[k] for k in ("tokens", "features", "reply_start")},
                 "n_chats": min(chats, n0 + chunk)}
         if path:
@@ -151,10 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "weights"))
     ap.add_argument("--data-cache", default="", help="save/load the generated data here (.pt)")
-    ap.add_argument("--chats", type=int, default=640)
+    ap.add_argument("--chats", type=int, default=2560)
+    ap.add_argument("--gen-weights", default="bf16", help="weight format of the engine writing the replies")
     ap.add_argument("--max-new", type=int, default=96)
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size")
+    ap.add_argument("--steps", type=int, default=2400)
+    ap.add_argument("--vocab", type=int, default=4096, help="draft vocabulary size (4,096: 97%% of reply tokens)")
     ap.add_argument("--l1-weight", type=float, default=1.0, help="feature loss weight (CE has 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
@@ -163,15 +167,18 @@ def main(argv: list[str] | None = None) -> None:
     from llm_engine import LLMEngine
 
     engine = LLMEngine.from_pretrained(enable_prefix_caching=False)  # fp32: the default target
+    writer = engine if args.gen_weights == "fp32" else LLMEngine.from_pretrained(
+        enable_prefix_caching=False, weight_format=args.gen_weights)
     cache = Path(args.data_cache) if args.data_cache else None
-    data, tw = prepare(engine, load_data(engine, cache, args.chats, args.max_new, args.seed), args.vocab)
+    data = load_data(engine, cache, args.chats, args.max_new, args.seed, writer=writer)
+    data, tw = prepare(engine, data, args.vocab)
     head, stats = train(data, tw, args.steps, args.seed, l1_weight=args.l1_weight)
     from safetensors.torch import save_file
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, out / "smollm2-135m-eagle.safetensors")
-    stats.update(chats=args.chats, max_new=args.max_new, steps=args.steps, seed=args.seed, l1_weight=args.l1_weight,
+    stats.update(chats=args.chats, gen_weights=args.gen_weights, max_new=args.max_new, steps=args.steps, seed=args.seed, l1_weight=args.l1_weight,
                  draft_vocab=len(tw["vocab"]), tokens=sum(len(t) for t in data["tokens"]))
     (out / "smollm2-135m-eagle.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats))
