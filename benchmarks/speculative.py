@@ -1,6 +1,6 @@
 """Speculative decoding at batch 1 on the CPU: plain vs each drafter, side by side in one run.
 
-    python -m benchmarks.speculative [--max-tokens 48] [--threads 1] [--k 5]
+    python -m benchmarks.speculative [--max-tokens 48] [--threads 1] [--k 5] [--repeats 1]
                                      [--weights fp32,bf16] [--json out.json]
 
 Methods: plain decoding, n-gram lookup, the trained EAGLE head, and "auto" (the head with
@@ -11,7 +11,9 @@ are identical across methods and would dilute the ratio), whole-request tokens/s
 included), time to the first 12 tokens (about the first spoken clause), acceptance rate, mean
 accepted length (tokens per target pass) and whether greedy outputs equal plain decoding in the
 same weight format. The methods run interleaved prompt by prompt, so load from other processes
-hits them alike. Prompts: benchmarks/data/voice_prompts.json (fixed, committed). The target is
+hits them alike; --repeats N runs the whole prompt set N times (pooled: the adaptive draft
+length follows measured step times, so one pass over 8 prompts moves by ~0.1x run to run on a
+shared host). Prompts: benchmarks/data/voice_prompts.json (fixed, committed). The target is
 our engine (LLMEngine, embedded SmolLM2-135M-Instruct, paged KV) through EngineTarget; prefix
 caching is off so every method prefills the same prompt tokens.
 """
@@ -91,7 +93,7 @@ def summarize(rows: list[dict], plain_rows: list[dict] | None) -> dict:
     return out
 
 
-def bench_format(weight_format: str, max_tokens: int, k: int) -> dict:
+def bench_format(weight_format: str, max_tokens: int, k: int, repeats: int = 1) -> dict:
     from llm_engine import LLMEngine
 
     engine = LLMEngine.from_pretrained(enable_prefix_caching=False, weight_format=weight_format)
@@ -103,9 +105,10 @@ def bench_format(weight_format: str, max_tokens: int, k: int) -> dict:
         run_one(dec, *prompts[0], 8, eos)
         dec.metrics.__init__()
     rows: dict[str, list[dict]] = {name: [] for name in decs}
-    for prompt in prompts:  # interleaved: noise from other processes hits every method alike
-        for name, dec in decs.items():
-            rows[name].append(run_one(dec, *prompt, max_tokens, eos))
+    for _ in range(repeats):
+        for prompt in prompts:  # interleaved: noise from other processes hits every method alike
+            for name, dec in decs.items():
+                rows[name].append(run_one(dec, *prompt, max_tokens, eos))
     return {name: summarize(r, None if name == "plain" else rows["plain"]) for name, r in rows.items()}
 
 
@@ -127,11 +130,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=1, help="passes over the prompt set, pooled")
     ap.add_argument("--weights", default="fp32,bf16", help="comma-separated EngineConfig weight formats")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    results = {fmt: bench_format(fmt, args.max_tokens, args.k) for fmt in args.weights.split(",")}
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    results = {fmt: bench_format(fmt, args.max_tokens, args.k, args.repeats) for fmt in args.weights.split(",")}
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
