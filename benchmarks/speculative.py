@@ -1,7 +1,7 @@
 """Speculative decoding at batch 1 on the CPU: plain vs each drafter, side by side in one run.
 
     python -m benchmarks.speculative [--max-tokens 48] [--threads 1] [--k 5] [--repeats 1]
-                                     [--weights fp32,bf16] [--json out.json]
+                                     [--fixed-k] [--head FILE] [--weights fp32,bf16] [--json out.json]
 
 Methods: plain decoding, n-gram lookup, the trained EAGLE head, and "auto" (the head with
 n-gram lookup in front, what SpeculativeConfig(method="auto") builds). Per weight format (fp32,
@@ -13,7 +13,9 @@ accepted length (tokens per target pass) and whether greedy outputs equal plain 
 same weight format. The methods run interleaved prompt by prompt, so load from other processes
 hits them alike; --repeats N runs the whole prompt set N times (pooled: the adaptive draft
 length follows measured step times, so one pass over 8 prompts moves by ~0.1x run to run on a
-shared host). Prompts: benchmarks/data/voice_prompts.json (fixed, committed). The target is
+shared host); --fixed-k drafts k tokens every step (no adaptive length: acceptance then
+depends on the drafter alone, e.g. to compare head weights given with --head). Prompts:
+benchmarks/data/voice_prompts.json (fixed, committed). The target is
 our engine (LLMEngine, embedded SmolLM2-135M-Instruct, paged KV) through EngineTarget; prefix
 caching is off so every method prefills the same prompt tokens.
 """
@@ -51,13 +53,15 @@ def load_prompts(engine) -> list[tuple[str, bool, list[int]]]:
     return out
 
 
-def make_decoders(target, k: int) -> dict[str, SpeculativeDecoder]:
+def make_decoders(target, k: int, adaptive: bool = True, head_path: Path | None = None
+                  ) -> dict[str, SpeculativeDecoder]:
     w, eps = target.norm()
     def head():
-        return HeadDrafter(load_head(), target.embed_weight(), target.lm_head_weight(), w, eps)
+        weights = load_head(head_path) if head_path else load_head()
+        return HeadDrafter(weights, target.embed_weight(), target.lm_head_weight(), w, eps)
 
     drafters = {"plain": None, "ngram": NgramDrafter(), "head": head(), "auto": HybridDrafter(head())}
-    return {name: SpeculativeDecoder(target, d, k_max=k, adaptive=True) for name, d in drafters.items()}
+    return {name: SpeculativeDecoder(target, d, k_max=k, adaptive=adaptive) for name, d in drafters.items()}
 
 
 def run_one(dec: SpeculativeDecoder, pid: str, rep: bool, ids: list[int], max_tokens: int, eos) -> dict:
@@ -93,14 +97,15 @@ def summarize(rows: list[dict], plain_rows: list[dict] | None) -> dict:
     return out
 
 
-def bench_format(weight_format: str, max_tokens: int, k: int, repeats: int = 1) -> dict:
+def bench_format(weight_format: str, max_tokens: int, k: int, repeats: int = 1, adaptive: bool = True,
+                 head_path: Path | None = None) -> dict:
     from llm_engine import LLMEngine
 
     engine = LLMEngine.from_pretrained(enable_prefix_caching=False, weight_format=weight_format)
     target = EngineTarget(engine)
     prompts = load_prompts(engine)
     eos = tuple(sorted(engine.eos_token_ids))
-    decs = make_decoders(target, k)
+    decs = make_decoders(target, k, adaptive, head_path)
     for dec in decs.values():  # warm-up (first-call allocations, oneDNN primitive caches)
         run_one(dec, *prompts[0], 8, eos)
         dec.metrics.__init__()
@@ -131,13 +136,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=1, help="passes over the prompt set, pooled")
+    ap.add_argument("--fixed-k", action="store_true", help="draft k tokens every step (no adaptive length)")
+    ap.add_argument("--head", default="", help="EAGLE head safetensors (default: the shipped one)")
     ap.add_argument("--weights", default="fp32,bf16", help="comma-separated EngineConfig weight formats")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
-    results = {fmt: bench_format(fmt, args.max_tokens, args.k, args.repeats) for fmt in args.weights.split(",")}
+    head_path = Path(args.head) if args.head else None
+    results = {fmt: bench_format(fmt, args.max_tokens, args.k, args.repeats, not args.fixed_k, head_path)
+               for fmt in args.weights.split(",")}
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
