@@ -53,8 +53,9 @@ def build(source: Path, out_dir: Path | None = None) -> Path:
     cxx = _compiler()
     if cxx is None:
         raise NativeBuildError("no C++ compiler (g++/c++/clang++ or $CXX) on PATH")
-    # every source beside it counts: a source may #include the others
-    srcs = b"".join(p.read_bytes() for p in sorted(source.parent.glob("*.cpp")) if p != source)
+    # every source and header beside it counts: a source may #include the others
+    srcs = b"".join(p.read_bytes() for p in sorted(source.parent.iterdir())
+                    if p.suffix in (".cpp", ".h") and p != source)
     key = hashlib.sha256(source.read_bytes() + srcs + " ".join((cxx, *FLAGS, platform.machine(), _cpu_flags())).encode())
     out_dir = out_dir or cache_dir() / "kernels"
     lib = out_dir / f"{source.stem}-{key.hexdigest()[:16]}.so"

@@ -149,3 +149,29 @@ def test_dispatch_takes_native_on_auto_only(monkeypatch):
     kernels.rms_norm(x, w, 1e-6, backend="auto")
     assert calls
     assert not cpu_ops.native_ok(x.half()) and not cpu_ops.native_ok(torch.randn(2, requires_grad=True))
+
+
+def test_paged_attention_portable_build_matches_ref(tmp_path, monkeypatch):
+    """A CPU without AVX-512 takes the scalar per-row attention: build that variant here
+    (-march=x86-64-v2) and check it against the reference."""
+    import ctypes
+    import platform
+
+    from kernels import cpu_native
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the build flag below is an x86-64 one")
+    flags = tuple("-march=x86-64-v2" if f == "-march=native" else f for f in cpu_native.FLAGS)
+    monkeypatch.setattr(cpu_native, "FLAGS", flags)
+    lib = ctypes.CDLL(str(cpu_native.build(cpu_native.CSRC / "cpu_decode_ops.cpp", tmp_path)))
+    a = cpu_native
+    fn = a.bind(lib, "parley_paged_attention", a.P, a.P, a.P, a.P, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I64,
+                a.I64, a.I64, a.F32, a.I32)
+    g = _g(11)
+    kc, vc, tables = _paged(g, (37, 70), 16, 2, 64)
+    q = torch.randn(7, 6, 64, generator=g)
+    cu, lens = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([37, 70], dtype=torch.int32)
+    out = torch.empty_like(q)
+    fn(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), tables.data_ptr(), cu.data_ptr(), lens.data_ptr(), out.data_ptr(),
+       2, tables.shape[1], 16, 6, 2, 64, 0.125, 1)
+    assert_close_verbose(out, prefill_attention_ref(q, kc, vc, tables, cu, lens, 0.125), "portable paged attention")

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "const_dispatch.h"
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -181,16 +183,7 @@ void rows_range(const typename S::X* x, const typename S::W* w, float* y, int64_
 template <typename S>
 void dispatch(int M, const typename S::X* x, const typename S::W* w, float* y, int64_t N, int64_t K, int64_t n0,
               int64_t n1) {
-    switch (M) {
-        case 1: rows_range<1, S>(x, w, y, N, K, n0, n1); break;
-        case 2: rows_range<2, S>(x, w, y, N, K, n0, n1); break;
-        case 3: rows_range<3, S>(x, w, y, N, K, n0, n1); break;
-        case 4: rows_range<4, S>(x, w, y, N, K, n0, n1); break;
-        case 5: rows_range<5, S>(x, w, y, N, K, n0, n1); break;
-        case 6: rows_range<6, S>(x, w, y, N, K, n0, n1); break;
-        case 7: rows_range<7, S>(x, w, y, N, K, n0, n1); break;
-        default: rows_range<8, S>(x, w, y, N, K, n0, n1); break;
-    }
+    const_dispatch_1_to_8(M, [&](auto m) { rows_range<decltype(m)::value, S>(x, w, y, N, K, n0, n1); });
 }
 
 // f(n0, n1) over contiguous row ranges of [0, N), one per thread (inline when threads <= 1).
@@ -335,16 +328,7 @@ void i8_rows(const int8_t* q, const int8_t* w, const int32_t* wsum, const float*
 
 void i8_dispatch(int M, const int8_t* q, const int8_t* w, const int32_t* wsum, const float* xs, const float* ws,
                  float* y, int64_t N, int64_t K, int64_t n0, int64_t n1) {
-    switch (M) {
-        case 1: i8_rows<1>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        case 2: i8_rows<2>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        case 3: i8_rows<3>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        case 4: i8_rows<4>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        case 5: i8_rows<5>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        case 6: i8_rows<6>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        case 7: i8_rows<7>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-        default: i8_rows<8>(q, w, wsum, xs, ws, y, N, K, n0, n1); break;
-    }
+    const_dispatch_1_to_8(M, [&](auto m) { i8_rows<decltype(m)::value>(q, w, wsum, xs, ws, y, N, K, n0, n1); });
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "const_dispatch.h"
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -244,16 +246,9 @@ void parley_paged_attention(const float* q, const float* kc, const float* vc, co
                     g.nk[j] = ctx[b] - n + i + 1;
                 }
                 const int32_t* tb = tables + b * max_blocks;
-                switch (d / 16) {  // head sizes 16..128
-                    case 1: attend_group<1>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    case 2: attend_group<2>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    case 3: attend_group<3>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    case 4: attend_group<4>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    case 5: attend_group<5>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    case 6: attend_group<6>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    case 7: attend_group<7>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                    default: attend_group<8>(g, kc, vc, tb, bs, hk, h, scale, scores, ld); break;
-                }
+                const_dispatch_1_to_8(d / 16, [&](auto nc) {  // head sizes 16..128
+                    attend_group<decltype(nc)::value>(g, kc, vc, tb, bs, hk, h, scale, scores, ld);
+                });
             }
             free(scores);
         }
