@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from llm_engine.sequence import Sequence
+from parley.errors import KVCacheFullError
 
 
 @dataclass
@@ -131,7 +132,7 @@ class BlockManager:
             b = self.blocks[bid]
             if b.ref_count > 1:
                 if not self.free:
-                    raise RuntimeError("no free block for copy-on-write while truncating")
+                    raise KVCacheFullError("no free block for copy-on-write while truncating")
                 new = self._take_free()
                 self._unref(bid)
                 seq.block_table[-1] = new

@@ -19,6 +19,13 @@ class AudioFormatError(ParleyError, ValueError):
     """Audio that cannot be used as given: wrong dtype, NaN/inf, empty, bad sample rate."""
 
 
+class KVCacheFullError(ParleyError, RuntimeError):
+    """The paged KV cache has no free block for the tokens asked for. Retryable: blocks free
+    up as other sequences finish; the call that raised has rolled back what it took."""
+
+    retryable = True
+
+
 class ModelError(ParleyError):
     """A model could not be found or loaded. `fix` says what to do about it."""
 

@@ -14,6 +14,7 @@ import torch
 from llm_engine.sampling_params import SamplingParams
 from llm_engine.scheduler import ScheduledBatch
 from llm_engine.sequence import Sequence
+from parley.errors import KVCacheFullError
 
 
 class EngineTarget:
@@ -36,7 +37,8 @@ class EngineTarget:
         """Append token_ids to the sequence (created with a prefix-cache lookup); -> (seq, n_new)."""
         bm = self.engine.bm
         seq = self._seqs.get(seq_id)
-        if seq is None:
+        new = seq is None
+        if new:
             seq = self._seqs[seq_id] = Sequence(seq_id, list(token_ids), SamplingParams())
             bm.match_prefix(seq)
             if seq.num_computed_tokens >= len(seq.token_ids):  # keep >= 1 token to compute
@@ -45,7 +47,12 @@ class EngineTarget:
         else:
             seq.token_ids.extend(token_ids)
         if not bm.allocate(seq, len(seq.token_ids)):
-            raise RuntimeError("KV cache full during speculative verification")
+            if new:  # nothing of it stays: the prefix-cache blocks it matched are unreferenced
+                self.release(seq_id)
+            else:
+                del seq.token_ids[len(seq.token_ids) - len(token_ids):]
+            raise KVCacheFullError(f"KV cache full: {len(token_ids)} more tokens for {seq_id!r} do not fit "
+                                   f"({bm.num_free_blocks} free blocks)")
         return seq, len(seq.token_ids) - seq.num_computed_tokens
 
     def extend(self, seq_id: str, token_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +62,18 @@ class EngineTarget:
                      ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One forward over every sequence's new tokens (cu_seqlens_q per sequence); the LM head
         runs only on the rows returned ([m, V], or [1, V] with last_logits_only)."""
-        grown = [self._grow(sid, toks) for sid, toks in feeds.items()]
+        before = {sid: self.length(sid) if sid in self._seqs else None for sid in feeds}
+        grown = []
+        try:
+            for sid, toks in feeds.items():
+                grown.append(self._grow(sid, toks))
+        except KVCacheFullError:  # undo the sequences grown before the one that did not fit
+            for sid, _ in zip(feeds, grown):
+                if before[sid] is None:
+                    self.release(sid)
+                else:
+                    self.truncate(sid, before[sid])
+            raise
         seqs, n_new = [g[0] for g in grown], [g[1] for g in grown]
         ids, meta, _, _ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
         normed, prenorm = self.engine.model(ids, meta, self.engine.kv.layers, return_prenorm=True)

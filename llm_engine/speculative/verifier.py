@@ -46,27 +46,29 @@ class SpeculativeDecoder:
         ctl = {r.seq_id: AdaptiveDraftLength(self.k_max, self.draft_cost, cost=self.costs.relative)
                for r in requests}
         gens = {r.seq_id: torch.Generator().manual_seed(r.seed) for r in requests}
-        for r in requests:  # prefill (one prompt per forward), then the first token from the target
-            [(feats, logits)] = extend_many(self.target, {r.seq_id: r.prompt}, last_logits_only=True)
-            self._emit(r, [self._sample(logits[-1], r, gens[r.seq_id])], mark, t0)
-            if self.drafter is not None:
-                self.drafter.accepted(r.seq_id, r.prompt + r.output, features=feats)
-            self.metrics.per_request[r.seq_id] = SpecMetrics()
-        while not all(r.done for r in requests):
-            live = [r for r in requests if not r.done]
-            drafts = [self._draft(r, ctl[r.seq_id]) for r in live]
-            feeds = {r.seq_id: [(r.prompt + r.output)[-1], *d[0]] for r, d in zip(live, drafts)}
-            t = time.perf_counter()
-            outs = extend_many(self.target, feeds)  # ONE forward: every sequence's k+1 queries
-            dt = time.perf_counter() - t
-            self.metrics.verify_s += dt
-            self.costs.observe_verify(max(len(d[0]) for d in drafts), dt)
-            for r, (ids, probs), (feats, logits) in zip(live, drafts, outs):
-                self._accept(r, ids, probs, feats, logits, ctl[r.seq_id], gens[r.seq_id], mark, t0)
-        for r in requests:
-            self.target.release(r.seq_id)
-            if self.drafter is not None:
-                self.drafter.release(r.seq_id)
+        try:  # a full KV cache (KVCacheFullError, retryable) frees every sequence's blocks
+            for r in requests:  # prefill (one prompt per forward), then the first token from the target
+                [(feats, logits)] = extend_many(self.target, {r.seq_id: r.prompt}, last_logits_only=True)
+                self._emit(r, [self._sample(logits[-1], r, gens[r.seq_id])], mark, t0)
+                if self.drafter is not None:
+                    self.drafter.accepted(r.seq_id, r.prompt + r.output, features=feats)
+                self.metrics.per_request[r.seq_id] = SpecMetrics()
+            while not all(r.done for r in requests):
+                live = [r for r in requests if not r.done]
+                drafts = [self._draft(r, ctl[r.seq_id]) for r in live]
+                feeds = {r.seq_id: [(r.prompt + r.output)[-1], *d[0]] for r, d in zip(live, drafts)}
+                t = time.perf_counter()
+                outs = extend_many(self.target, feeds)  # ONE forward: every sequence's k+1 queries
+                dt = time.perf_counter() - t
+                self.metrics.verify_s += dt
+                self.costs.observe_verify(max(len(d[0]) for d in drafts), dt)
+                for r, (ids, probs), (feats, logits) in zip(live, drafts, outs):
+                    self._accept(r, ids, probs, feats, logits, ctl[r.seq_id], gens[r.seq_id], mark, t0)
+        finally:
+            for r in requests:
+                self.target.release(r.seq_id)
+                if self.drafter is not None:
+                    self.drafter.release(r.seq_id)
         return requests
 
     def _draft(self, r: SpecRequest, ctl: AdaptiveDraftLength) -> tuple[list[int], torch.Tensor | None]:
