@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from kernels import cpu_ops, rms_norm, rotary
-from llm_engine.linear import Linear  # oneDNN on CPU when drafting, F.linear when training
+from llm_engine.linear import Linear  # cpu_gemv on CPU when drafting, F.linear when training
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,13 @@ class HeadCache:
         self._n = min(n, self._n)
 
 
+def _sdpa(q, k, v, mask: torch.Tensor) -> torch.Tensor:
+    """q [T, H, hd], k / v [S, Hk, hd], mask [T, S] bool -> [T, H, hd] (autograd-capable)."""
+    a = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                       attn_mask=mask, enable_gqa=True)  # [H, T, hd]
+    return a.transpose(0, 1)
+
+
 class EagleHead(nn.Module):
     def __init__(self, cfg: HeadConfig) -> None:
         super().__init__()
@@ -108,9 +115,7 @@ class EagleHead(nn.Module):
 
     def attend(self, x, q, k, v, mask: torch.Tensor) -> torch.Tensor:
         """x [T, D], q [T, H, hd], k / v [S, Hk, hd], mask [T, S] bool -> predicted g [T, D]."""
-        a = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                           attn_mask=mask, enable_gqa=True)  # [H, T, hd]
-        return self._finish(x, a.transpose(0, 1))
+        return self._finish(x, _sdpa(q, k, v, mask))
 
     def _causal_cached(self, q, k, v) -> torch.Tensor:
         """q [T, H, hd], k / v [S, Hk, hd]; row i sees keys 0..S-T+i -> [T, H, hd].
@@ -122,10 +127,7 @@ class EagleHead(nn.Module):
             return cpu_ops.paged_attention(q, k.contiguous().view(1, *k.shape), v.contiguous().view(1, *v.shape), one,
                                            torch.tensor([0, t], dtype=torch.int32),
                                            torch.tensor([s], dtype=torch.int32), self.cfg.head_dim ** -0.5)
-        mask = torch.arange(s)[None, :] <= (torch.arange(t)[:, None] + s - t)  # [T, S]
-        a = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                           attn_mask=mask, enable_gqa=True)
-        return a.transpose(0, 1)
+        return _sdpa(q, k, v, torch.arange(s)[None, :] <= (torch.arange(t)[:, None] + s - t))  # mask [T, S]
 
     def _finish(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """x [T, D] residual, a [T, H, hd] attention output -> predicted g [T, D]."""
