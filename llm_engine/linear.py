@@ -27,9 +27,10 @@ verify); above (prefill, batches of verify passes) fp32 goes to oneDNN and bf16 
 8 rows at a time. Measured side by side (1 thread, machine shared): bf16 [1728, 576] at 16 /
 128 rows 0.29 / 1.34 ms through oneDNN on an fp32 copy of the weight, 0.10 / 0.73 ms in 8-row
 chunks; the tied LM head [49152, 576] at 16 rows 112 ms against 7 ms (its fp32 copy alone is
-113 MB). fp32 chunks lose to oneDNN from 64 rows (0.74 vs 0.57 ms), so fp32 keeps oneDNN. One kernel for 1-8 rows also means one arithmetic: a row's
-sum runs in the same order whatever the number of rows, so a k+1-row verify step scores a
-token exactly as a 1-row decode step would. oneDNN's bf16 matmul, by contrast, rounds its
+113 MB). fp32 chunks lose to oneDNN from 64 rows (0.74 vs 0.57 ms), so fp32 keeps oneDNN.
+One kernel for 1-8 rows also means one arithmetic: a row's sum runs in the same order
+whatever the number of rows, so a k+1-row verify step scores a token exactly as a 1-row
+decode step would. oneDNN's bf16 matmul, by contrast, rounds its
 output to bf16; mixing it in would make a decode step and a verify step (or a prefix-cache
 hit's short prefill) disagree by a bf16 ulp, enough to flip greedy near-ties (measured: a
 repeated 48-token greedy prompt diverged at token 24 with oneDNN bf16 alone). So every bf16
