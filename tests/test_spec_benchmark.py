@@ -33,3 +33,18 @@ def test_speculative_benchmark_runs_and_outputs_match(tmp_path):
             assert row["accepted"] <= row["drafted"] and row["emitted"] <= 6
     assert res["plain"]["all"]["acceptance_rate"] == 0.0
     assert json.loads(out.read_text())["args"]["repeats"] == 2
+
+
+@pytest.mark.unit
+def test_cli_forwards_every_option(monkeypatch):
+    import benchmarks.speculative as bench
+    from pipeline.cli import main as cli
+
+    seen = []
+    monkeypatch.setattr(bench, "main", lambda argv: seen.append(argv) or {})
+    assert cli(["bench", "speculative", "--repeats", "2", "--fixed-k", "--head", "h.safetensors", "--k", "3",
+                "--weights", "int8"]) == 0
+    (argv,) = seen
+    assert argv[argv.index("--repeats") + 1] == "2" and argv[argv.index("--k") + 1] == "3"
+    assert "--fixed-k" in argv and argv[argv.index("--head") + 1] == "h.safetensors"
+    assert argv[argv.index("--weights") + 1] == "int8"
