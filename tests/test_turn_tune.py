@@ -96,3 +96,33 @@ def test_held_out_cap_is_one_of_the_caps_and_respects_the_target():
     ok = [c for i, c in enumerate(caps) if max(fcs[: i + 1]) <= 0.2]
     assert cap == (max(ok) if ok else min(caps))
 
+
+
+def _final_sounding_pause_trace() -> FeatureTrace:
+    """Speech, a 0.64 s mid-turn pause that sounds as final as the real end, speech, the end."""
+    sil, pause = [], []
+    for k, pause_w in enumerate((20, 90)):
+        sil += [math.nan] * 20 + [W * (i + 1) for i in range(pause_w)]
+        pause += [-1] * 21 + [k] * (pause_w - 1)
+    t = W * np.arange(1, len(sil) + 1)
+    feats = np.zeros((2, 18))
+    feats[:, 0] = 3.0  # the classifier below reads feature 0 as "finished"
+    return FeatureTrace(t, np.array(sil), np.array(pause), feats, turn_end=float(t[-90] - W))
+
+
+@pytest.mark.unit
+def test_choose_skips_a_model_size_no_policy_can_use(monkeypatch):
+    from turn_detection.training import train
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 18))
+    y = (x[:, 0] > 0).astype(float)
+    traces = [_final_sounding_pause_trace() for _ in range(5)]
+    # a sharp classifier ends every clip in its mid-turn pause (no policy holds 0% false
+    # cutoffs); one regularized to a constant P = 0.5 lets the cautious policies wait it out
+    monkeypatch.setattr(train, "GRID", ((8, 3.0), (8, 1e6)))
+    clf, entry, policy, score, cap = train.choose(x, y, x, y, traces, None, 0, max_fc=0.0)
+    assert entry == (8, 1e6) and score["false_cutoff_rate"] == 0.0 and cap == 0.0
+    monkeypatch.setattr(train, "GRID", ((8, 3.0),))
+    with pytest.raises(ValueError, match="no model size"):
+        train.choose(x, y, x, y, traces, None, 0, max_fc=0.0)

@@ -1,6 +1,7 @@
 """Prosodic features of the speech before a pause: the cues a listener hears as "finished".
 
-All from the last few seconds of 16 kHz audio, in numpy, ~1-2 ms per call:
+All from the last 2 s of 16 kHz audio, in numpy, ~5 ms per call on one thread (4 of them
+the pitch track):
 pitch (YIN) and its slope at the end, the energy envelope, its fall and the shape of its
 final decay, the length of the final voiced stretch and of the final energy syllable
 (final-syllable lengthening, against the window's own syllable rate), and the spectral tilt

@@ -154,6 +154,39 @@ def training_chats(n: int, seed: int) -> list[tuple[list[dict], str | None]]:
     return chats
 
 
+def self_queries(engine, n: int, seed: int, batch: int = 32, max_tokens: int = 48) -> list[str]:
+    """n user requests the target writes itself (Magpie, Xu et al. 2024): sampled (T=0.8,
+    top-p 0.95, per-sample seeds) from the chat template up to an open user turn, after
+    SYSTEM; kept when the turn ends within max_tokens on one line of 3-40 words (about 30%
+    of samples). Why: the templates' replies did not carry over to other questions; the head
+    agreed 0.63 with the target on held-out template chats but 0.33-0.41 on the benchmark's
+    open explanations (teacher-forced, fp32)."""
+    from llm_engine import SamplingParams
+
+    sys_msg = {"role": "system", "content": SYSTEM}
+    a = engine.encode_chat([sys_msg, {"role": "user", "content": "Hello"}])
+    b = engine.encode_chat([sys_msg, {"role": "user", "content": "Goodbye"}])
+    prefix = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]  # ... user turn opened
+    out: list[str] = []
+    t0, drawn = time.time(), 0
+    while len(out) < n:
+        params = [SamplingParams(max_tokens=max_tokens, temperature=0.8, top_p=0.95, seed=seed + drawn + j)
+                  for j in range(batch)]
+        drawn += batch
+        for o in engine.generate([prefix] * batch, params):
+            ids = list(o.token_ids)
+            text = engine.tokenizer.decode(ids).strip()
+            if ids and ids[-1] in engine.eos_token_ids and "\n" not in text and 3 <= len(text.split()) <= 40:
+                out.append(text)
+        print(f"queries {min(len(out), n)}/{n} from {drawn} samples, {time.time() - t0:.0f}s", flush=True)
+    return out[:n]
+
+
+def query_chats(queries: list[str]) -> list[tuple[list[dict], str | None]]:
+    """Single-turn chats for training_chats' format."""
+    return [([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}], None) for q in queries]
+
+
 def _answer(engine, convs: list[list[dict]], max_new: int, seed: int, sample: bool) -> list[list[int]]:
     from llm_engine import SamplingParams
 
@@ -162,17 +195,17 @@ def _answer(engine, convs: list[list[dict]], max_new: int, seed: int, sample: bo
     return [list(o.token_ids) for o in engine.chat(convs, params)]
 
 
-def generate_data(engine, n_chats: int, max_new: int, seed: int, batch: int = 8, skip: int = 0,
-                  feature_engine=None) -> dict:
-    """tokens [T] int64, pre-norm features [T, D] fp16 and the final reply's start, per chat;
-    skip: chats already generated (a multiple of batch), to resume a partial data cache;
-    engine writes the replies, feature_engine (default: engine) records the features."""
+def generate_data(engine, chats: list[tuple[list[dict], str | None]], max_new: int, seed: int, batch: int = 8,
+                  skip: int = 0, feature_engine=None) -> dict:
+    """tokens [T] int64, pre-norm features [T, D] fp16 and the final reply's start, per chat
+    of `chats` (training_chats' format); skip: chats already generated (a multiple of batch),
+    to resume a partial data cache; engine writes the replies, feature_engine (default:
+    engine) records the features."""
     from llm_engine.speculative.engine_target import EngineTarget
 
     target = EngineTarget(feature_engine or engine)
     toks, feats, starts = [], [], []
     t0 = time.time()
-    chats = training_chats(n_chats, seed)
     for i in range(skip, len(chats), batch):
         part = chats[i : i + batch]
         sample = (i // batch) % 2 == 1

@@ -25,6 +25,9 @@ import torch
 from torch.nn import functional as F
 
 from llm_engine.speculative.head import EagleHead, HeadConfig
+from llm_engine.speculative.head_data import query_chats, self_queries, training_chats
+
+SELF_SEED = 1_000_000  # seed offset of the self-written requests and their answers
 
 
 def draft_vocab(data: dict, eos: list[int], size: int) -> torch.Tensor:
@@ -115,20 +118,19 @@ def train(data: dict, tw: dict, steps: int, seed: int, lr: float = 2e-3, seqs_pe
                   "train_seqs": len(tr), "val_seqs": len(val)}
 
 
-def load_data(engine, path: Path | None, chats: int, max_new: int, seed: int, chunk: int = 160,
+def load_data(engine, path: Path | None, chats: list, max_new: int, seed: int, chunk: int = 160,
               writer=None) -> dict:
-    """Generate (or resume from the cache at path) the first `chats` chats, chunk by chunk;
+    """Generate (or resume from the cache at path) the data of `chats`, chunk by chunk;
     writer (default: engine) writes the replies, engine records the features."""
     from llm_engine.speculative.head_data import generate_data
 
     data = torch.load(path, weights_only=True) if path and path.exists() else {"tokens": [], "features": [],
                                                                                "reply_start": [], "n_chats": 0}
-    while data["n_chats"] < chats:
+    while data["n_chats"] < len(chats):
         n0 = data["n_chats"]
-        more = generate_data(writer or engine, min(chats, n0 + chunk), max_new, seed, skip=n0,
-                             feature_engine=engine)
-        data = {**{k: data[k] + more[k] for k in ("tokens", "features", "reply_start")},
-                "n_chats": min(chats, n0 + chunk)}
+        n1 = min(len(chats), n0 + chunk)
+        more = generate_data(writer or engine, chats[:n1], max_new, seed, skip=n0, feature_engine=engine)
+        data = {**{k: data[k] + more[k] for k in ("tokens", "features", "reply_start")}, "n_chats": n1}
         if path:
             torch.save(data, path)
     return data
@@ -154,7 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "weights"))
     ap.add_argument("--data-cache", default="", help="save/load the generated data here (.pt)")
-    ap.add_argument("--chats", type=int, default=2560)
+    ap.add_argument("--chats", type=int, default=2560, help="template chats (head_data.training_chats)")
+    ap.add_argument("--self-chats", type=int, default=0, help="chats on requests the target writes itself "
+                    "(head_data.self_queries; 0 reproduces the shipped weights)")
     ap.add_argument("--gen-weights", default="bf16", help="weight format of the engine writing the replies")
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--steps", type=int, default=2400)
@@ -170,7 +174,18 @@ def main(argv: list[str] | None = None) -> None:
     writer = engine if args.gen_weights == "fp32" else LLMEngine.from_pretrained(
         enable_prefix_caching=False, weight_format=args.gen_weights)
     cache = Path(args.data_cache) if args.data_cache else None
-    data = load_data(engine, cache, args.chats, args.max_new, args.seed, writer=writer)
+    data = load_data(engine, cache, training_chats(args.chats, args.seed), args.max_new, args.seed, writer=writer)
+    if args.self_chats:  # the target's own requests, answered like the templates' (other seeds)
+        qpath = cache.with_name(cache.stem + "-queries.json") if cache else None
+        if qpath and qpath.exists():
+            queries = json.loads(qpath.read_text())
+        else:
+            queries = self_queries(writer, args.self_chats, args.seed + SELF_SEED)
+            if qpath:
+                qpath.write_text(json.dumps(queries, indent=0))
+        more = load_data(engine, cache.with_name(cache.stem + "-self.pt") if cache else None, query_chats(queries),
+                         args.max_new, args.seed + SELF_SEED, writer=writer)
+        data = {k: data[k] + more[k] for k in ("tokens", "features", "reply_start")}
     data, tw = prepare(engine, data, args.vocab)
     head, stats = train(data, tw, args.steps, args.seed, l1_weight=args.l1_weight)
     from safetensors.torch import save_file
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, out / "smollm2-135m-eagle.safetensors")
-    stats.update(chats=args.chats, gen_weights=args.gen_weights, max_new=args.max_new, steps=args.steps, seed=args.seed, l1_weight=args.l1_weight,
+    stats.update(chats=args.chats, self_chats=args.self_chats, gen_weights=args.gen_weights, max_new=args.max_new, steps=args.steps, seed=args.seed, l1_weight=args.l1_weight,
                  draft_vocab=len(tw["vocab"]), tokens=sum(len(t) for t in data["tokens"]))
     (out / "smollm2-135m-eagle.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats))

@@ -28,6 +28,8 @@ from turn_detection.policy import DEFAULT_POLICY, EndpointingPolicy
 from turn_detection.prosody import CONTEXT_S, FEATURE_NAMES, prosodic_features
 from turn_detection.training.data import split, synthesize
 from turn_detection.training.make_dataset import make_clip
+from turn_detection.training.tune import (CAPS, FEATURE_CODE, TARGET_FC, best, cached_feature_traces, code_digest,
+                                          grid, halves, held_out_cap, sweep)
 from turn_detection.vad import SileroVAD
 
 GRID = tuple((h, l2) for h in (8, 16, 32) for l2 in (3.0, 10.0, 30.0, 100.0))
@@ -73,11 +75,7 @@ def features(ctxs: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 def cached_features(ctx: np.ndarray, lens: np.ndarray, cache: Path | None, key: str) -> np.ndarray:
     """features(), kept in `cache` under a digest of the feature code (stale ones are recomputed)."""
-    import hashlib
-
-    from turn_detection import prosody
-
-    digest = hashlib.sha1(Path(prosody.__file__).read_bytes()).hexdigest()[:12]
+    digest = code_digest(FEATURE_CODE)
     path = cache / f"{key}-features-{digest}.npy" if cache else None
     if path and path.is_file():
         return np.load(path)
@@ -122,15 +120,17 @@ def choose(xtr, ytr, xva, yva, traces, half, seed: int, max_fc: float | None):
     the other half (tune.held_out_cap), and the entry with the lowest held-out latency at
     that cap wins (entries that reach TARGET_FC at no cap come last).
     -> (classifier, (hidden, l2), policy, validation score, cap)."""
-    from turn_detection.training.tune import CAPS, TARGET_FC, best, grid, held_out_cap, sweep
-
     policies, found = grid(), None
     for hidden, l2 in GRID:
         clf = ProsodyClassifier.fit(xtr, ytr, hidden=hidden, l2=l2, seed=seed)
         p = 1 / (1 + np.exp(-clf.logits(xva)))
         with_clf = [t.with_classifier(clf) for t in traces]
         cap, rows = (max_fc, []) if max_fc is not None else held_out_cap(with_clf, half, policies, CAPS, TARGET_FC)
-        policy, score = best(sweep(with_clf, policies), cap)
+        try:
+            policy, score = best(sweep(with_clf, policies), cap)
+        except ValueError:  # no policy reaches the cap on all of validation: the entry is out
+            print(f"  hidden {hidden:2d} l2 {l2:5.1f}: no policy reaches <= {cap:.1%} FC", flush=True)
+            continue
         if max_fc is not None:
             key = (False, round(score["latency_mean_s"], 4), log_loss(p, yva))
         else:
@@ -142,6 +142,8 @@ def choose(xtr, ytr, xva, yva, traces, half, seed: int, max_fc: float | None):
               + (f"; held-out half FC/latency per cap: {held}" if held else ""), flush=True)
         if found is None or key < found[0]:
             found = (key, clf, (hidden, l2), policy, score, cap)
+    if found is None:
+        raise ValueError("no model size and L2 reaches a false-cutoff cap on validation")
     return found[1:]
 
 
@@ -164,8 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         ctx, lens, y = load_split(name, args.seed + i, vad, args.cache)
         data[name] = (cached_features(ctx, lens, args.cache, f"{name}-seed{args.seed + i}"), y)
         print(f"{name}: {len(y)} pauses ({int(y.sum())} ends), {time.time() - t0:.0f} s")
-    from turn_detection.training.tune import cached_feature_traces, halves
-
     # each repeat cuts every validation utterance at new points with new pause lengths: 140
     # clips (4 false cutoffs = 3%) let the policy search overfit, 10% FC on test vs 2.9% here
     traces = [t for r in range(args.val_repeats) for t in cached_feature_traces(vad, args.seed + 100 * r, args.cache)]

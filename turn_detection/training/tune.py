@@ -103,17 +103,20 @@ def feature_traces(vad, seed: int, split_name: str = "validation") -> list[Featu
     return out
 
 
-def _code_digest() -> str:
-    """Digest of the code a feature trace depends on (a stale cache entry is recomputed)."""
+FEATURE_CODE = ("prosody.py",)  # what the features of a pause depend on
+TRACE_CODE = FEATURE_CODE + ("detector.py", "vad.py", "training/data.py", "training/sentences.py",
+                             "training/make_dataset.py")
+
+
+def code_digest(names: tuple[str, ...]) -> str:
+    """Digest of turn_detection files (a cache entry made by other code is recomputed)."""
     root = Path(__file__).resolve().parents[1]
-    names = ("prosody.py", "detector.py", "vad.py", "training/data.py", "training/sentences.py",
-             "training/make_dataset.py")
     return hashlib.sha1(b"".join((root / n).read_bytes() for n in names)).hexdigest()[:12]
 
 
 def cached_feature_traces(vad, seed: int, cache, split_name: str = "validation") -> list[FeatureTrace]:
     """feature_traces(), kept in the directory `cache` (None: not kept) between runs."""
-    path = Path(cache) / f"{split_name}-traces-seed{seed}-{_code_digest()}.npz" if cache else None
+    path = Path(cache) / f"{split_name}-traces-seed{seed}-{code_digest(TRACE_CODE)}.npz" if cache else None
     if path and path.is_file():
         z = np.load(path)
         w, f = np.cumsum(z["windows"])[:-1], np.cumsum(z["pauses"])[:-1]
