@@ -121,7 +121,7 @@ def test_choose_skips_a_model_size_no_policy_can_use(monkeypatch):
     # a sharp classifier ends every clip in its mid-turn pause (no policy holds 0% false
     # cutoffs); one regularized to a constant P = 0.5 lets the cautious policies wait it out
     monkeypatch.setattr(train, "GRID", ((8, 3.0), (8, 1e6)))
-    clf, entry, policy, score, cap = train.choose(x, y, x, y, traces, None, 0, max_fc=0.0)
+    _, entry, _, score, cap = train.choose(x, y, x, y, traces, None, 0, max_fc=0.0)
     assert entry == (8, 1e6) and score["false_cutoff_rate"] == 0.0 and cap == 0.0
     monkeypatch.setattr(train, "GRID", ((8, 3.0),))
     with pytest.raises(ValueError, match="no model size"):

@@ -28,8 +28,18 @@ from turn_detection.policy import DEFAULT_POLICY, EndpointingPolicy
 from turn_detection.prosody import CONTEXT_S, FEATURE_NAMES, prosodic_features
 from turn_detection.training.data import split, synthesize
 from turn_detection.training.make_dataset import make_clip
-from turn_detection.training.tune import (CAPS, FEATURE_CODE, TARGET_FC, best, cached_feature_traces, code_digest,
-                                          grid, halves, held_out_cap, sweep)
+from turn_detection.training.tune import (
+    CAPS,
+    FEATURE_CODE,
+    TARGET_FC,
+    best,
+    cached_feature_traces,
+    code_digest,
+    grid,
+    halves,
+    held_out_cap,
+    sweep,
+)
 from turn_detection.vad import SileroVAD
 
 GRID = tuple((h, l2) for h in (8, 16, 32) for l2 in (3.0, 10.0, 30.0, 100.0))

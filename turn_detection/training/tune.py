@@ -104,8 +104,8 @@ def feature_traces(vad, seed: int, split_name: str = "validation") -> list[Featu
 
 
 FEATURE_CODE = ("prosody.py",)  # what the features of a pause depend on
-TRACE_CODE = FEATURE_CODE + ("detector.py", "vad.py", "training/data.py", "training/sentences.py",
-                             "training/make_dataset.py")
+TRACE_CODE = (*FEATURE_CODE, "detector.py", "vad.py", "training/data.py", "training/sentences.py",
+              "training/make_dataset.py")
 
 
 def code_digest(names: tuple[str, ...]) -> str:
