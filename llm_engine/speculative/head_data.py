@@ -157,8 +157,8 @@ def training_chats(n: int, seed: int) -> list[tuple[list[dict], str | None]]:
 def self_queries(engine, n: int, seed: int, batch: int = 32, max_tokens: int = 48) -> list[str]:
     """n user requests the target writes itself (Magpie, Xu et al. 2024): sampled (T=0.8,
     top-p 0.95, per-sample seeds) from the chat template up to an open user turn, after
-    SYSTEM; kept when the turn ends within max_tokens on one line of 3-40 words (about 30%
-    of samples). Why: the templates' replies did not carry over to other questions; the head
+    SYSTEM; kept when the turn ends within max_tokens on one line of 3-40 words (about half
+    of the samples at 48 tokens). Why: the templates' replies did not carry over to other questions; the head
     agreed 0.63 with the target on held-out template chats but 0.33-0.41 on the benchmark's
     open explanations (teacher-forced, fp32)."""
     from llm_engine import SamplingParams

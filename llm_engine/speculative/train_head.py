@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from llm_engine.speculative.head import EagleHead, HeadConfig
-from llm_engine.speculative.head_data import query_chats, self_queries, training_chats
+from llm_engine.speculative.head_data import generate_data, query_chats, self_queries, training_chats
 
 SELF_SEED = 1_000_000  # seed offset of the self-written requests and their answers
 
@@ -122,8 +122,6 @@ def load_data(engine, path: Path | None, chats: list, max_new: int, seed: int, c
               writer=None) -> dict:
     """Generate (or resume from the cache at path) the data of `chats`, chunk by chunk;
     writer (default: engine) writes the replies, engine records the features."""
-    from llm_engine.speculative.head_data import generate_data
-
     data = torch.load(path, weights_only=True) if path and path.exists() else {"tokens": [], "features": [],
                                                                                "reply_start": [], "n_chats": 0}
     while data["n_chats"] < len(chats):
