@@ -1,6 +1,8 @@
-"""Comparison helper for the kernel tests: one verbose mismatch report per failure."""
+"""Helpers for the kernel tests: one verbose mismatch report per failure; the host CPU's flags."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -36,3 +38,18 @@ def assert_close_verbose(actual: torch.Tensor, expected: torch.Tensor, what: str
         f"max abs err {err.max().item():.3g}, max rel err {rel:.3g}; worst at {list(idx)}: "
         f"got {a[idx].item():.6g}, expected {e[idx].item():.6g}"
     )
+
+
+def cpu_flags() -> set[str]:
+    """The host CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.is_file() else ():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+# x86-64 builds of the CPU kernels the tests compile besides the native one: (-march, the host
+# flags needed to run it, fp32 lanes of its gemv path; None = the native build's)
+X86_BUILDS = [("-march=x86-64-v2", set(), 1), ("-march=x86-64-v3", {"avx2", "fma"}, 8),
+              ("-march=native -mno-avx512bf16 -mno-avx512vnni", set(), None)]

@@ -10,7 +10,7 @@ import torch
 
 import kernels.cpu_native as native_mod
 import llm_engine.linear as linear_mod
-from kernels._testing import assert_close_verbose
+from kernels._testing import X86_BUILDS, assert_close_verbose, cpu_flags
 from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_i8, cpu_gemv_i8_ref, cpu_gemv_ref
 from kernels.cpu_native import CSRC, NativeBuildError, build
 from llm_engine.linear import Linear
@@ -173,31 +173,37 @@ def test_linear_without_the_kernel_takes_onednn(monkeypatch):
         torch.testing.assert_close(lin(x), x @ lin.weight.t())
 
 
-@pytest.mark.parametrize("march", ["-march=x86-64-v2", "-march=native -mno-avx512bf16 -mno-avx512vnni"])
-def test_other_cpu_builds_match_ref(march, tmp_path, monkeypatch):
-    """CPUs without AVX-512 (plain C++ loops) or without AVX512-BF16 (bf16 widened to fp32):
-    build those variants here and check them against the reference."""
+@pytest.mark.parametrize("march, needs, lanes", X86_BUILDS, ids=[b[0] for b in X86_BUILDS])
+def test_other_cpu_builds_match_ref(march, needs, lanes, tmp_path, monkeypatch):
+    """CPUs without AVX2 (plain C++ loops), with AVX2 but no AVX-512 (8-lane path, int8 by
+    vpmaddubsw), or without AVX512-BF16 (bf16 widened to fp32): build those variants here and
+    check them against the reference, at every row count (each takes its own rows-per-step)."""
     import ctypes
     import platform
 
     if platform.machine() != "x86_64":
         pytest.skip("the build flags below are x86-64 ones")
+    host = cpu_flags()
+    if not needs <= host:
+        pytest.skip(f"this CPU lacks {sorted(needs - host)} to run a {march} build")
     flags = []
     for f in native_mod.FLAGS:
         flags += march.split() if f == "-march=native" else [f]
     monkeypatch.setattr(native_mod, "FLAGS", tuple(flags))
     lib = ctypes.CDLL(str(build(CSRC / "cpu_gemv.cpp", tmp_path)))
-    assert lib.parley_gemv_has_avx512() == (0 if "x86-64-v2" in march else 1)
+    native_lanes = 16 if "avx512f" in host else 8 if {"avx2", "fma"} <= host else 1
+    assert lib.parley_gemv_lanes() == (lanes or native_lanes)
     a = native_mod
     for name, dtype in (("parley_gemv_f32", torch.float32), ("parley_gemv_bf16", torch.bfloat16)):
         fn = a.bind(lib, name, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I32)
-        for rows in (1, 5):
-            x, w, y = torch.randn(rows, 37), torch.randn(11, 37).to(dtype), torch.empty(rows, 11)
-            fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, 11, 37, 2)
+        for rows in range(1, 9):
+            x, w, y = torch.randn(rows, 37), torch.randn(13, 37).to(dtype), torch.empty(rows, 13)
+            fn(x.data_ptr(), w.data_ptr(), y.data_ptr(), rows, 13, 37, 2)
             assert_close_verbose(y, cpu_gemv_ref(x, w), f"{march} {name} rows={rows}", dtype=torch.float32)
     fn = a.bind(lib, "parley_gemv_i8", a.P, a.P, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I32)
     w, scale, wsum = _i8(11, 100, 1)
-    x, y = torch.randn(3, 100), torch.empty(3, 11)
-    fn(x.data_ptr(), w.data_ptr(), scale.data_ptr(), wsum.data_ptr(), y.data_ptr(), 3, 11, 100, 2)
-    assert_close_verbose(y, cpu_gemv_i8_ref(x, w, scale), f"{march} gemv_i8", dtype=torch.float32)
+    for rows in range(1, 9):
+        x, y = torch.randn(rows, 100), torch.empty(rows, 11)
+        fn(x.data_ptr(), w.data_ptr(), scale.data_ptr(), wsum.data_ptr(), y.data_ptr(), rows, 11, 100, 2)
+        assert_close_verbose(y, cpu_gemv_i8_ref(x, w, scale), f"{march} gemv_i8 rows={rows}", dtype=torch.float32)
     ctypes.CDLL(str(build(CSRC / "cpu_decode_ops.cpp", tmp_path)))  # the decode ops build there too

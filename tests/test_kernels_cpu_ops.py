@@ -7,7 +7,7 @@ import torch
 
 import kernels
 from kernels import cpu_ops
-from kernels._testing import assert_close_verbose
+from kernels._testing import X86_BUILDS, assert_close_verbose, cpu_flags
 from kernels.prefill_attention import prefill_attention_ref
 
 pytestmark = pytest.mark.unit
@@ -97,7 +97,7 @@ def test_paged_attention_matches_ref(group, block_size, q_lens, ctx):
     assert_close_verbose(got, ref, f"paged attention g={group} bs={block_size} q={q_lens} ctx={ctx}")
 
 
-@pytest.mark.parametrize("d", [16, 40, 48, 128])  # 40: the scalar path; others the grouped AVX-512 one
+@pytest.mark.parametrize("d", [16, 40, 48, 128])  # AVX-512: 40 scalar, others grouped; AVX2: 128 scalar
 def test_paged_attention_head_sizes(d):
     g = _g(d)
     kc, vc, tables = _paged(g, (37, 70), 16, 2, d)
@@ -151,27 +151,43 @@ def test_dispatch_takes_native_on_auto_only(monkeypatch):
     assert not cpu_ops.native_ok(x.half()) and not cpu_ops.native_ok(torch.randn(2, requires_grad=True))
 
 
-def test_paged_attention_portable_build_matches_ref(tmp_path, monkeypatch):
-    """A CPU without AVX-512 takes the scalar per-row attention: build that variant here
-    (-march=x86-64-v2) and check it against the reference."""
+@pytest.mark.parametrize("march, needs", [b[:2] for b in X86_BUILDS], ids=[b[0] for b in X86_BUILDS])
+@pytest.mark.parametrize("d", [40, 64])
+def test_paged_attention_other_builds_match_ref(march, needs, d, tmp_path, monkeypatch):
+    """A CPU without AVX2 takes the scalar per-row attention, one with AVX2 but no AVX-512 the
+    8-lane grouped kernel: build those variants here and check them against the reference, and
+    that a verify row equals its 1-row decode bit for bit there too."""
     import ctypes
     import platform
 
     from kernels import cpu_native
 
     if platform.machine() != "x86_64":
-        pytest.skip("the build flag below is an x86-64 one")
-    flags = tuple("-march=x86-64-v2" if f == "-march=native" else f for f in cpu_native.FLAGS)
-    monkeypatch.setattr(cpu_native, "FLAGS", flags)
+        pytest.skip("the build flags below are x86-64 ones")
+    if not needs <= cpu_flags():
+        pytest.skip(f"this CPU lacks {sorted(needs - cpu_flags())} to run a {march} build")
+    flags = []
+    for f in cpu_native.FLAGS:
+        flags += march.split() if f == "-march=native" else [f]
+    monkeypatch.setattr(cpu_native, "FLAGS", tuple(flags))
     lib = ctypes.CDLL(str(cpu_native.build(cpu_native.CSRC / "cpu_decode_ops.cpp", tmp_path)))
     a = cpu_native
     fn = a.bind(lib, "parley_paged_attention", a.P, a.P, a.P, a.P, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I64,
                 a.I64, a.I64, a.F32, a.I32)
+
+    def attend(q, cu, lens):
+        out = torch.empty_like(q)
+        fn(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), tables.data_ptr(), cu.data_ptr(), lens.data_ptr(),
+           out.data_ptr(), len(lens), tables.shape[1], 16, 6, 2, d, d**-0.5, 1)
+        return out
+
     g = _g(11)
-    kc, vc, tables = _paged(g, (37, 70), 16, 2, 64)
-    q = torch.randn(7, 6, 64, generator=g)
+    kc, vc, tables = _paged(g, (37, 70), 16, 2, d)
+    q = torch.randn(7, 6, d, generator=g)
     cu, lens = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([37, 70], dtype=torch.int32)
-    out = torch.empty_like(q)
-    fn(q.data_ptr(), kc.data_ptr(), vc.data_ptr(), tables.data_ptr(), cu.data_ptr(), lens.data_ptr(), out.data_ptr(),
-       2, tables.shape[1], 16, 6, 2, 64, 0.125, 1)
-    assert_close_verbose(out, prefill_attention_ref(q, kc, vc, tables, cu, lens, 0.125), "portable paged attention")
+    out = attend(q, cu, lens)
+    assert_close_verbose(out, prefill_attention_ref(q, kc, vc, tables, cu, lens, d**-0.5), f"{march} d={d}")
+    for i in range(3):  # sequence 0's verify rows, one at a time
+        one = attend(q[i : i + 1].contiguous(), torch.tensor([0, 1], dtype=torch.int32),
+                     torch.tensor([37 - 3 + 1 + i], dtype=torch.int32))
+        assert torch.equal(out[i], one[0]), f"{march} d={d}: verify row {i}"
