@@ -1,8 +1,6 @@
-"""Helpers for the kernel tests: one verbose mismatch report per failure; the host CPU's flags."""
+"""Helpers for the kernel tests: one verbose mismatch report per failure; the CPU builds to test."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 
@@ -38,15 +36,6 @@ def assert_close_verbose(actual: torch.Tensor, expected: torch.Tensor, what: str
         f"max abs err {err.max().item():.3g}, max rel err {rel:.3g}; worst at {list(idx)}: "
         f"got {a[idx].item():.6g}, expected {e[idx].item():.6g}"
     )
-
-
-def cpu_flags() -> set[str]:
-    """The host CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
-    info = Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.is_file() else ():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
 
 
 # x86-64 builds of the CPU kernels the tests compile besides the native one: (-march, the host

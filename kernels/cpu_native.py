@@ -41,6 +41,12 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
+def cpu_flags() -> set[str]:
+    """The host CPU's feature flags (empty where /proc/cpuinfo lists none)."""
+    line = _cpu_flags()
+    return set(line.split(":", 1)[1].split()) if ":" in line else set()
+
+
 def _compiler() -> str | None:
     for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
         if name and shutil.which(name):

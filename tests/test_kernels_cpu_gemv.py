@@ -10,9 +10,9 @@ import torch
 
 import kernels.cpu_native as native_mod
 import llm_engine.linear as linear_mod
-from kernels._testing import X86_BUILDS, assert_close_verbose, cpu_flags
+from kernels._testing import X86_BUILDS, assert_close_verbose
 from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_i8, cpu_gemv_i8_ref, cpu_gemv_ref
-from kernels.cpu_native import CSRC, NativeBuildError, build
+from kernels.cpu_native import CSRC, NativeBuildError, build, cpu_flags
 from llm_engine.linear import Linear
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,8 @@ import torch
 
 import kernels
 from kernels import cpu_ops
-from kernels._testing import X86_BUILDS, assert_close_verbose, cpu_flags
+from kernels._testing import X86_BUILDS, assert_close_verbose
+from kernels.cpu_native import cpu_flags
 from kernels.prefill_attention import prefill_attention_ref
 
 pytestmark = pytest.mark.unit
