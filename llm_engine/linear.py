@@ -22,10 +22,10 @@ faster still. One 92160x576 matrix (212 MB fp32), 1 thread, best of 15, same run
 | 4    | 10.0 ms       | 12.6 ms     | 5.6 ms        | 7.1 ms      |
 | 8    | 14.7 ms       | 14.1 ms     | 7.5 ms        | 7.8 ms      |
 
-On an AVX2-only EPYC (no AVX-512; ~10 GB/s from DRAM on one core), [1536, 576], 1 thread,
-medians side by side: 1 / 6 rows fp32 84 / 181 us (oneDNN 96 / 339), bf16 70 / 251 us
-(oneDNN 219 / 1,242); the model's weights per step (DRAM-resident) 57 ms fp32 and 34 ms bf16
-at 1 row, 53-65 / 32-36 ms at 2-6 rows, so a verify pass costs about one decode step there.
+On an AVX2-only EPYC (no AVX-512; ~10 GB/s from DRAM on one core), one decode step's weights
+(`python -m benchmarks.cpu_gemv`, DRAM-resident, 1 thread, medians side by side): 1 / 2 / 8
+rows fp32 57 / 53 / 75 ms (F.linear 71 / 125 / 157), bf16 40 / 36 / 47 ms (F.linear 40 / 64 /
+260), int8 20 / 23 / 31 ms; so a verify pass costs about one decode step there too.
 
 "auto", on CPU in inference, takes cpu_gemv up to 8 rows (decode, small batches, speculative
 verify); above (prefill, batches of verify passes) fp32 goes to oneDNN and bf16 runs cpu_gemv

@@ -24,8 +24,8 @@ def test_splits_are_disjoint_in_sentences_and_voices():
             if a < b:
                 assert not set(parts[a][0]) & set(parts[b][0]), f"{a} and {b} share sentences"
                 assert not {v.label for v in parts[a][1]} & {v.label for v in parts[b][1]}, f"{a}/{b} share voices"
-    assert len(set(sentences.TRAIN)) == len(sentences.TRAIN) >= 200
-    assert len(set(sentences.VALIDATION)) == len(sentences.VALIDATION) >= 50 and len(sentences.TEST) == 10
+    assert len(set(sentences.TRAIN)) == len(sentences.TRAIN) >= 400
+    assert len(set(sentences.VALIDATION)) == len(sentences.VALIDATION) >= 100 and len(sentences.TEST) == 10
     assert len(parts["train"][1]) >= 20 and len(parts["validation"][1]) >= 12
     for name in SPLITS:  # both engines in every split
         assert {v.engine for v in parts[name][1]} == {"piper", "espeak"}

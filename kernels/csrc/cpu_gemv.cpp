@@ -128,7 +128,7 @@ constexpr int rows_per_step() { return M <= 4 ? 4 : 3; }
 #elif defined(PARLEY_GEMV_SIMD)
 // AVX2 + FMA (x86-64-v3: most desktop and laptop CPUs, Zen 2-4 servers): 8 fp32 lanes. The
 // portable loop below is a strict-order fp32 reduction the compiler cannot vectorize: on an
-// AVX2-only EPYC it took 868 us for a [1536, 576] fp32 weight at 1 row, oneDNN 113 us.
+// AVX2-only EPYC it took 868 us for a [1536, 576] fp32 weight at 1 row (F.linear: 113 us; this path: 84).
 using Acc = __m256;
 inline Acc acc_zero() { return _mm256_setzero_ps(); }
 inline float acc_sum(Acc a) {

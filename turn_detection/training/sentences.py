@@ -3,10 +3,24 @@
 `TEST` (every 4th of the original 40) is read only by the final benchmark report;
 `VALIDATION` chooses the classifier's hyper-parameters and the endpointing policy;
 `TRAIN` fits the classifier. No sentence appears in two splits (checked by a test).
-Train and validation were enlarged for the third model card (200 and 50 sentences); the test
-split is unchanged, so its clips are identical across model cards."""
+Train and validation were enlarged for the third model card (200 and 50 sentences) and again
+for the fourth (400 and 100: held-out halves split by sentence alone missed the 5% cap by more
+than halves split by voice alone, 6.9% vs 5.5%, so sentence variety was the larger gap). The
+fourth card's sentences live in `requests/*.txt`, one per line. The test split is unchanged,
+so its clips are identical across model cards."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+REQUESTS = Path(__file__).with_name("requests")
+
+
+def _read(name: str) -> tuple[str, ...]:
+    """One request per non-empty line of requests/NAME.txt."""
+    lines = (REQUESTS / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+    return tuple(line.strip() for line in lines if line.strip())
+
 
 _ORIGINAL: tuple[str, ...] = (
     "I would like to book a table for two people tonight.",
@@ -110,7 +124,7 @@ _VALIDATION_2: tuple[str, ...] = (
     'What should I feed a hedgehog that visits the garden?',
     'We need a babysitter for Saturday evening.',
 )
-VALIDATION: tuple[str, ...] = (*_VALIDATION_1, *_VALIDATION_2)
+VALIDATION: tuple[str, ...] = (*_VALIDATION_1, *_VALIDATION_2, *_read("validation-3"))
 
 _NEW_TRAIN: tuple[str, ...] = (
     "Book me a haircut for Saturday morning at the usual place.",
@@ -287,4 +301,5 @@ _TRAIN_3: tuple[str, ...] = (
     'Tell the kids that dinner is ready.',
     'Where is the best place to watch the fireworks tonight?',
 )
-TRAIN: tuple[str, ...] = (*(s for i, s in enumerate(_ORIGINAL) if i % 4 != 3), *_NEW_TRAIN, *_TRAIN_3)
+TRAIN: tuple[str, ...] = (*(s for i, s in enumerate(_ORIGINAL) if i % 4 != 3), *_NEW_TRAIN, *_TRAIN_3,
+                          *_read("train-4"))

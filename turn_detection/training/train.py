@@ -31,6 +31,7 @@ from turn_detection.training.make_dataset import make_clip
 from turn_detection.training.tune import (
     CAPS,
     FEATURE_CODE,
+    SPLIT_CODE,
     TARGET_FC,
     best,
     cached_feature_traces,
@@ -96,8 +97,9 @@ def cached_features(ctx: np.ndarray, lens: np.ndarray, cache: Path | None, key: 
 
 
 def load_split(split_name: str, seed: int, vad: SileroVAD, cache: Path | None):
-    """Contexts and labels of a split, from `cache` when it has them (synthesis is the slow part)."""
-    path = cache / f"{split_name}-seed{seed}.npz" if cache else None
+    """Contexts and labels of a split, from `cache` when it has them (synthesis is the slow part;
+    an entry made from other sentences, voices or detector code is recomputed)."""
+    path = cache / f"{split_name}-seed{seed}-{code_digest(SPLIT_CODE)}.npz" if cache else None
     if path and path.is_file():
         z = np.load(path)
         return z["ctx"], z["lens"], z["y"]
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     data = {}
     for i, name in enumerate(names):
         ctx, lens, y = load_split(name, args.seed + i, vad, args.cache)
-        data[name] = (cached_features(ctx, lens, args.cache, f"{name}-seed{args.seed + i}"), y)
+        key = f"{name}-seed{args.seed + i}-{code_digest(SPLIT_CODE)}"
+        data[name] = (cached_features(ctx, lens, args.cache, key), y)
         print(f"{name}: {len(y)} pauses ({int(y.sum())} ends), {time.time() - t0:.0f} s")
     # each repeat cuts every validation utterance at new points with new pause lengths: 140
     # clips (4 false cutoffs = 3%) let the policy search overfit, 10% FC on test vs 2.9% here

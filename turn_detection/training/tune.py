@@ -104,8 +104,10 @@ def feature_traces(vad, seed: int, split_name: str = "validation") -> list[Featu
 
 
 FEATURE_CODE = ("prosody.py",)  # what the features of a pause depend on
-TRACE_CODE = (*FEATURE_CODE, "detector.py", "vad.py", "training/data.py", "training/sentences.py",
-              "training/make_dataset.py")
+# what the pauses collected from a split depend on (its sentences, voices, cuts and the detector)
+SPLIT_CODE = ("detector.py", "vad.py", "training/data.py", "training/sentences.py", "training/requests/train-4.txt",
+              "training/requests/validation-3.txt", "training/make_dataset.py")
+TRACE_CODE = (*FEATURE_CODE, *SPLIT_CODE)
 
 
 def code_digest(names: tuple[str, ...]) -> str:
