@@ -7,6 +7,8 @@ import argparse
 import importlib
 import sys
 
+from parley.errors import ParleyError
+
 COMMAND_MODULES = (
     "pipeline.commands.models",
     "pipeline.commands.bench",
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except (ParleyError, ValueError, FileNotFoundError) as e:  # bad input: one line, not a traceback
+        print(f"parley {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
