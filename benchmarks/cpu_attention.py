@@ -15,11 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 
 import torch
 
+from benchmarks.timing import median_seconds
 from kernels import cpu_ops
 from kernels.prefill_attention import prefill_attention_ref
 
@@ -29,14 +28,7 @@ ROWS = (1, 2, 4, 6, 8)
 
 
 def _median_us(fn, reps: int) -> float:
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    return median_seconds(fn, reps, warmup=10) * 1e6
 
 
 def bench(ctx: int, rows: int, reps: int) -> dict:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.timing import median_seconds
 from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_i8
 from kernels.cpu_native import cpu_flags
 
@@ -47,13 +46,7 @@ def _weights(fmt: str, g: torch.Generator) -> list[tuple]:
 
 
 def _median_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_seconds(fn, reps, warmup=1) * 1e3
 
 
 def bench(fmt: str, ws: list[tuple], rows: int, reps: int) -> dict:
