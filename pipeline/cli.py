@@ -27,7 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # A command that hands its arguments to a module's own parser (the benchmarks, see
+    # commands/bench.py) takes what this parser does not know; any other command refuses it.
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "forwards", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -24,3 +24,12 @@ def test_bench_turn_runs_from_any_directory_and_reports_bad_input_in_one_line(tm
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "ModuleNotFoundError" not in proc.stderr
     assert proc.stderr.strip() == f"parley bench: error: no NAME.json + NAME.wav clips in {tmp_path}"
+
+
+@pytest.mark.skipif(not PARLEY.exists(), reason="the project is not installed in this interpreter's environment")
+def test_forwarded_bench_prints_the_benchmarks_own_options_and_others_refuse_unknown_ones(tmp_path):
+    proc = _run("bench", "speculative", "-h", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--fixed-k" in proc.stdout and "--repeats" in proc.stdout  # benchmarks/speculative.py's parser
+    proc = _run("models", "--repeats", "2", cwd=tmp_path)
+    assert proc.returncode == 2 and "unrecognized arguments: --repeats 2" in proc.stderr

@@ -12,6 +12,19 @@ BENCH_MODULES: tuple[str, ...] = (
 )
 
 
+def register_forwarded(sub, name: str, help: str, module: str) -> None:
+    """`parley bench NAME ARGS...` runs `module.main(ARGS)`: the benchmark's own parser is the
+    one list of its options (`parley bench NAME -h` prints it), and the module (torch and the
+    engine behind it) is imported only when that benchmark runs."""
+    p = sub.add_parser(name, help=help, add_help=False, description=f"options: parley bench {name} -h")
+
+    def run(args) -> int:
+        importlib.import_module(module).main(args.rest)
+        return 0
+
+    p.set_defaults(func=run, forwards=True)
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark (see `parley bench -h`)")
     bench_sub = p.add_subparsers(dest="bench", metavar="BENCH")
