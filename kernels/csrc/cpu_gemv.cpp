@@ -330,8 +330,9 @@ void quantize_rows(const float* x, int8_t* q, float* xs, int64_t M, int64_t K) {
 }
 
 #if defined(__AVX512VNNI__)
-// int8 rows are 4x shorter than fp32's: 24 rows (14 KB) ahead. [49152, 576] int8 at 8 rows
-// went from 1.8-2.4x (one weight row per step, an xor per x load) to 1.2x of the 1-row time.
+// int8 rows are 4x shorter than fp32's: 24 rows (14 KB) ahead. On the Zen 5, [49152, 576] int8
+// at 8 rows went from 1.8-2.4x (an xor per x load, one weight row per step) to 1.2x of the
+// 1-row time (x pre-offset once, R-row blocks; see i8_rows for why R is 1 again).
 constexpr int PF_I8 = 24;
 // R weight rows n..n+R-1 against all M rows of q (u8 bits of q + 128): one x load feeds R
 // vpdpbusd, as in rows<> above.
@@ -374,7 +375,13 @@ inline void i8_block(const int8_t* q, const int8_t* w, const int32_t* wsum, cons
 template <int M>
 void i8_rows(const int8_t* q, const int8_t* w, const int32_t* wsum, const float* xs, const float* ws, float* y,
              int64_t N, int64_t K, int64_t n0, int64_t n1) {
-    constexpr int R = M == 1 ? 1 : rows_per_step<M>();
+    // One weight row per step at every M. Blocks of R = 3-4 rows (one x load feeding R
+    // vpdpbusd) were chosen on a Zen 5; on a Zen 4 (512-bit ops double-pumped) they made a
+    // 2-row pass over one decode step's int8 weights 2x the 1-row time (21.3 vs 11.7 ms,
+    // benchmarks.cpu_gemv's shapes, 1 thread), so every speculative verify cost two plain
+    // steps; one row per step: 13.3-13.6 ms at 2 rows, 19-23 at 8 (was 24-26). Sums are the
+    // same per output in the same order either way: bit-identical results.
+    constexpr int R = 1;
     int64_t n = n0;
     for (; n + R <= n1; n += R) i8_block<R, M>(q, w, wsum, xs, ws, y, N, K, n);
     for (; n < n1; ++n) i8_block<1, M>(q, w, wsum, xs, ws, y, N, K, n);
