@@ -1,6 +1,7 @@
 """Reproduce the shipped EAGLE head for SmolLM2-135M-Instruct on the CPU, from the target's own text.
 
-    python -m llm_engine.speculative.train_head [--out DIR] [--chats 2560] [--steps 2400] [--data-cache F]
+    python -m llm_engine.speculative.train_head [--out DIR] [--chats 2560] [--self-chats 1280] [--steps 2400]
+                                                [--data-cache F]
 
 1. data (head_data.py): our engine answers a seeded set of voice-assistant chats (batches
    alternately greedy / sampled at T=0.7); one more pass records every position's feature.
@@ -155,8 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "weights"))
     ap.add_argument("--data-cache", default="", help="save/load the generated data here (.pt)")
     ap.add_argument("--chats", type=int, default=2560, help="template chats (head_data.training_chats)")
-    ap.add_argument("--self-chats", type=int, default=0, help="chats on requests the target writes itself "
-                    "(head_data.self_queries; 0 reproduces the shipped weights)")
+    ap.add_argument("--self-chats", type=int, default=1280, help="chats on requests the target writes itself "
+                    "(head_data.self_queries; 0 gives the previous, template-only head)")
     ap.add_argument("--gen-weights", default="bf16", help="weight format of the engine writing the replies")
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--steps", type=int, default=2400)
