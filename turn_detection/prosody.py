@@ -20,6 +20,7 @@ MIN_LAG, MAX_LAG = 32, 267  # 500 Hz .. 60 Hz
 YIN_THRESHOLD = 0.15  # YIN paper's absolute threshold
 VOICED_CMND = 0.35  # CMND dip needed to call a frame voiced
 CONTEXT_S = 2.0  # audio analysed before the pause
+CHUNK = 32  # frames per pitch-track block: 32 x 641 float64 = 160 kB an array, L2-resident
 
 FEATURE_NAMES: tuple[str, ...] = (
     "pitch_end_st",  # final pitch vs the window's median, semitones
@@ -60,9 +61,6 @@ def pitch_track(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     loud = energy > energy.max() - 35.0
     voiced = (val < VOICED_CMND) & loud
     return np.where(voiced, f0, 0.0), voiced, energy, tilt
-
-
-CHUNK = 32  # frames per block: 32 x 641 float64 = 160 kB an array
 
 
 def _yin(fr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
