@@ -381,10 +381,7 @@ void i8_rows(const int8_t* q, const int8_t* w, const int32_t* wsum, const float*
     // benchmarks.cpu_gemv's shapes, 1 thread), so every speculative verify cost two plain
     // steps; one row per step: 13.3-13.6 ms at 2 rows, 19-23 at 8 (was 24-26). Sums are the
     // same per output in the same order either way: bit-identical results.
-    constexpr int R = 1;
-    int64_t n = n0;
-    for (; n + R <= n1; n += R) i8_block<R, M>(q, w, wsum, xs, ws, y, N, K, n);
-    for (; n < n1; ++n) i8_block<1, M>(q, w, wsum, xs, ws, y, N, K, n);
+    for (int64_t n = n0; n < n1; ++n) i8_block<1, M>(q, w, wsum, xs, ws, y, N, K, n);
 }
 #elif defined(__AVX2__)
 // AVX2 has no u8 x s8 dot product into int32 without saturation: vpmaddubsw takes |q| (u8) and
