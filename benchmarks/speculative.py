@@ -130,8 +130,8 @@ def print_table(results: dict) -> None:
                       f"{s['acceptance_rate']:6.2f} {s['mean_accepted_length']:5.2f} {r.get('identical_greedy', '-')}")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description="speculative decoding benchmark (batch 1, CPU)")
+def main(argv: list[str] | None = None, prog: str | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog=prog, description="speculative decoding benchmark (batch 1, CPU)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--k", type=int, default=5)

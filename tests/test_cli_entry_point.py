@@ -31,5 +31,6 @@ def test_forwarded_bench_prints_the_benchmarks_own_options_and_others_refuse_unk
     proc = _run("bench", "speculative", "-h", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--fixed-k" in proc.stdout and "--repeats" in proc.stdout  # benchmarks/speculative.py's parser
+    assert proc.stdout.startswith("usage: parley bench speculative ")  # named as the user typed it
     proc = _run("models", "--repeats", "2", cwd=tmp_path)
     assert proc.returncode == 2 and "unrecognized arguments: --repeats 2" in proc.stderr

@@ -41,7 +41,7 @@ def test_cli_forwards_every_option(monkeypatch):
     from pipeline.cli import main as cli
 
     seen = []
-    monkeypatch.setattr(bench, "main", lambda argv: seen.append(argv) or {})
+    monkeypatch.setattr(bench, "main", lambda argv, prog: seen.append(argv) or {})
     assert cli(["bench", "speculative", "--repeats", "2", "--fixed-k", "--head", "h.safetensors", "--k", "3",
                 "--weights", "int8"]) == 0
     (argv,) = seen

@@ -173,3 +173,55 @@ def test_head_drafts_equal_teacher_forced_predictions(engine):
     same = sum(tf[n - 2] == tok for n, tok in drafts)
     assert same >= len(drafts) - 1  # one near-tie flip allowed (batched vs incremental fp32)
     assert dec.metrics.accepted == sum(full[n] == tok for n, tok in drafts)
+
+
+@pytest.mark.unit
+def test_children_walk_is_the_greedy_draft_and_ranks_by_log_probability():
+    """children(path) is the head's expansion of one draft-tree node: walking its top child k
+    times gives propose(k) exactly, and its log-probabilities come sorted and normalized."""
+    from llm_engine.speculative.hf_target import HFTarget
+    from tests.test_spec_decoder import _prompts, _tiny_llama
+
+    target = HFTarget(_tiny_llama(0))
+    torch.manual_seed(2)
+    w, eps = target.norm()
+    drafter = HeadDrafter(EagleHead(TINY).eval(), target.embed_weight(), target.lm_head_weight(), w, eps)
+    ctx = _prompts(1)[0]
+    feats, _ = target.extend("s", ctx)
+    assert drafter.children("s", ctx + [5], (), 3) == []  # nothing verified yet
+    drafter.accepted("s", ctx + [5], features=feats)
+    path: tuple[int, ...] = ()
+    for _ in range(4):
+        kids = drafter.children("s", ctx + [5], path, 3)
+        lps = [lp for _, lp in kids]
+        assert len(kids) == 3 and lps == sorted(lps, reverse=True) and all(lp <= 0 for lp in lps)
+        path += (kids[0][0],)
+    assert drafter.propose("s", ctx + [5], 4).token_ids == list(path)
+    full = drafter.children("s", ctx + [5], path[:2], 10_000)  # the whole vocabulary
+    assert abs(sum(torch.tensor([lp for _, lp in full]).exp().tolist()) - 1.0) < 1e-4
+
+
+@pytest.mark.unit
+def test_train_fraction_trains_on_a_share_and_keeps_the_held_out_chats(monkeypatch):
+    """The data-scaling probe (train_head --train-fraction): fewer training chats, every step
+    drawn from them, and the same held-out chats as the full run."""
+    from llm_engine.speculative import train_head as th
+
+    g = torch.Generator().manual_seed(0)
+    n, d, v = 32, 576, 40
+    data = {"tokens": [torch.randint(0, v, (6,), generator=g) for _ in range(n)],
+            "features": [torch.randn(6, d, generator=g) for _ in range(n)],
+            "reply_start": [2] * n, "labels": [torch.randint(0, v, (6,), generator=g) for _ in range(n)]}
+    tw = {"norm": torch.ones(d), "eps": 1e-5, "embed": torch.randn(v, d, generator=g),
+          "vocab": torch.arange(v), "w_sub": torch.randn(v, d, generator=g)}
+    seen: list[list[int]] = []
+    real = th.head_loss
+    monkeypatch.setattr(th, "head_loss", lambda head, data, idx, tw, *a: seen.append(list(idx)) or real(head, data, idx, tw, *a))
+    _, full = th.train(data, tw, steps=3, seed=0)
+    val_full, train_full = seen[-1], set(sum(seen[:-1], []))
+    seen.clear()
+    _, part = th.train(data, tw, steps=3, seed=0, train_fraction=0.25)
+    assert (full["train_seqs"], part["train_seqs"]) == (30, 8) and full["val_seqs"] == part["val_seqs"] == 2
+    assert seen[-1] == val_full  # the same held-out chats are scored
+    used = set(sum(seen[:-1], []))
+    assert len(used) <= 8 and not used & set(val_full) and train_full - used

@@ -92,12 +92,11 @@ class HeadDrafter(Drafter):
         full[self.vocab] = p  # q is 0 outside the draft vocabulary: the acceptance rule stays exact
         return int(self.vocab[j]), full
 
-    @torch.inference_mode()
-    def propose(self, seq_id: str, context_token_ids: list[int], k: int) -> Draft:
+    def _ready(self, seq_id: str, ctx: list[int]) -> _SeqState | None:
+        """Feed the head the verified features it has not seen; None before the first ones."""
         st = self._seqs.get(seq_id)
-        if k <= 0 or st is None or (not st.feats and len(st.cache) == 0):
-            return Draft([])
-        ctx = context_token_ids
+        if st is None or (not st.feats and len(st.cache) == 0):
+            return None
         if st.feats:
             f = self._normed(torch.cat(st.feats))  # [m, D] features of positions start .. len(ctx)-2
             st.feats = []
@@ -108,9 +107,20 @@ class HeadDrafter(Drafter):
             nxt = torch.tensor(ctx[start + 1 : start + 1 + m])
             out = self.head(f, self.embed[nxt].float(), torch.arange(start, start + m), st.cache)
             st.cache.feature = out[-1]
+        return st
+
+    def _advance(self, f_hat: torch.Tensor, tok: int, pos: int, cache: HeadCache) -> torch.Tensor:
+        """The head's predicted feature after drafting tok at position pos + 1: [D] -> [D]."""
+        return self.head(f_hat[None], self.embed[tok][None].float(), torch.tensor([pos]), cache)[0]
+
+    @torch.inference_mode()
+    def propose(self, seq_id: str, context_token_ids: list[int], k: int) -> Draft:
+        st = self._ready(seq_id, context_token_ids) if k > 0 else None
+        if st is None:
+            return Draft([])
         real = len(st.cache)
         f_hat = st.cache.feature
-        pos0 = len(ctx) - 1
+        pos0 = len(context_token_ids) - 1
         ids, probs = [], []
         for i in range(k):
             tok, p = self._pick(f_hat)
@@ -118,10 +128,29 @@ class HeadDrafter(Drafter):
             if p is not None:
                 probs.append(p)
             if i + 1 < k:
-                pos = torch.tensor([pos0 + i])
-                f_hat = self.head(f_hat[None], self.embed[tok][None].float(), pos, st.cache)[0]
+                f_hat = self._advance(f_hat, tok, pos0 + i, st.cache)
         st.cache.truncate(real)  # rows from predicted features are never kept
         return Draft(ids, torch.stack(probs) if probs else None)
+
+    @torch.inference_mode()
+    def children(self, seq_id: str, context_token_ids: list[int], path: tuple[int, ...],
+                 width: int) -> list[tuple[int, float]]:
+        """The head's `width` likeliest next tokens after it drafts `path` from the context's
+        end, as (target id, log-probability over the draft vocabulary), likeliest first: one
+        node's expansion in a draft tree (benchmarks/draft_trees.py measures tree shapes)."""
+        st = self._ready(seq_id, context_token_ids)
+        if st is None or width <= 0:
+            return []
+        real = len(st.cache)
+        f_hat = st.cache.feature
+        pos0 = len(context_token_ids) - 1
+        for i, tok in enumerate(path):
+            f_hat = self._advance(f_hat, tok, pos0 + i, st.cache)
+        st.cache.truncate(real)
+        logp = torch.log_softmax(self.lm_sub(f_hat[None])[0].float(), -1)  # [Vd]
+        val, idx = logp.topk(min(width, logp.shape[0]))
+        ids = idx if self.vocab is None else self.vocab[idx]
+        return list(zip(ids.tolist(), val.tolist()))
 
     def release(self, seq_id: str) -> None:
         self._seqs.pop(seq_id, None)

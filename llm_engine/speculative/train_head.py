@@ -92,13 +92,16 @@ def head_loss(head, data, idx, tw, l1_weight: float = 1.0, step2_weight: float =
 
 
 def train(data: dict, tw: dict, steps: int, seed: int, lr: float = 2e-3, seqs_per_step: int = 8,
-          l1_weight: float = 1.0):
+          l1_weight: float = 1.0, train_fraction: float = 1.0):
+    """train_fraction < 1 trains on that share of the training chats (the held-out ones stay
+    the same): the data-scaling probe of the model card."""
     torch.manual_seed(seed)
     head = EagleHead(HeadConfig(draft_vocab_size=len(tw["vocab"])))
     head.draft_vocab.copy_(tw["vocab"])
     n = len(data["tokens"])
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     val, tr = order[: max(n // 16, 1)], order[max(n // 16, 1):]
+    tr = tr[: max(1, round(len(tr) * train_fraction))]  # order is already a seeded shuffle
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     rng = random.Random(seed)
@@ -163,9 +166,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=2400)
     ap.add_argument("--vocab", type=int, default=4096, help="draft vocabulary size (4,096: 97%% of reply tokens)")
     ap.add_argument("--l1-weight", type=float, default=1.0, help="feature loss weight (CE has 1)")
+    ap.add_argument("--train-fraction", type=float, default=1.0,
+                    help="train on this share of the training chats, same held-out chats (scaling probe)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    if not 0 < args.train_fraction <= 1:
+        ap.error("--train-fraction must be in (0, 1]")
     torch.set_num_threads(args.threads)
     from llm_engine import LLMEngine
 
@@ -186,13 +193,15 @@ def main(argv: list[str] | None = None) -> None:
                          args.max_new, args.seed + SELF_SEED, writer=writer)
         data = {k: data[k] + more[k] for k in ("tokens", "features", "reply_start")}
     data, tw = prepare(engine, data, args.vocab)
-    head, stats = train(data, tw, args.steps, args.seed, l1_weight=args.l1_weight)
+    head, stats = train(data, tw, args.steps, args.seed, l1_weight=args.l1_weight,
+                        train_fraction=args.train_fraction)
     from safetensors.torch import save_file
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, out / "smollm2-135m-eagle.safetensors")
     stats.update(chats=args.chats, self_chats=args.self_chats, gen_weights=args.gen_weights, max_new=args.max_new, steps=args.steps, seed=args.seed, l1_weight=args.l1_weight,
+                 train_fraction=args.train_fraction,
                  draft_vocab=len(tw["vocab"]), tokens=sum(len(t) for t in data["tokens"]))
     (out / "smollm2-135m-eagle.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(json.dumps(stats))

@@ -14,12 +14,12 @@ BENCH_MODULES: tuple[str, ...] = (
 
 def register_forwarded(sub, name: str, help: str, module: str) -> None:
     """`parley bench NAME ARGS...` runs `module.main(ARGS)`: the benchmark's own parser is the
-    one list of its options (`parley bench NAME -h` prints it), and the module (torch and the
+    one list of its options (`parley bench NAME -h` prints it, under that name), and the module (torch and the
     engine behind it) is imported only when that benchmark runs."""
     p = sub.add_parser(name, help=help, add_help=False, description=f"options: parley bench {name} -h")
 
     def run(args) -> int:
-        importlib.import_module(module).main(args.rest)
+        importlib.import_module(module).main(args.rest, prog=f"parley bench {name}")
         return 0
 
     p.set_defaults(func=run, forwards=True)
