@@ -51,8 +51,8 @@ def draft_tree(hyb: HybridDrafter, sid: str, ctx: list[int], shape: tuple[int, i
         grown = []
         for p in frontier:
             for t, lp in head.children(sid, ctx, p, width):
-                score[p + (t,)] = score[p] + lp
-                grown.append(p + (t,))
+                score[(*p, t)] = score[p] + lp
+                grown.append((*p, t))
         frontier = grown
     keep: set[tuple[int, ...]] = set()
     if with_ngram:

@@ -3,6 +3,9 @@ vocabulary keeps outputs exact, and the cost-aware draft length."""
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import pytest
 import torch
 
@@ -188,16 +191,16 @@ def test_children_walk_is_the_greedy_draft_and_ranks_by_log_probability():
     drafter = HeadDrafter(EagleHead(TINY).eval(), target.embed_weight(), target.lm_head_weight(), w, eps)
     ctx = _prompts(1)[0]
     feats, _ = target.extend("s", ctx)
-    assert drafter.children("s", ctx + [5], (), 3) == []  # nothing verified yet
-    drafter.accepted("s", ctx + [5], features=feats)
+    assert drafter.children("s", [*ctx, 5], (), 3) == []  # nothing verified yet
+    drafter.accepted("s", [*ctx, 5], features=feats)
     path: tuple[int, ...] = ()
     for _ in range(4):
-        kids = drafter.children("s", ctx + [5], path, 3)
+        kids = drafter.children("s", [*ctx, 5], path, 3)
         lps = [lp for _, lp in kids]
         assert len(kids) == 3 and lps == sorted(lps, reverse=True) and all(lp <= 0 for lp in lps)
         path += (kids[0][0],)
-    assert drafter.propose("s", ctx + [5], 4).token_ids == list(path)
-    full = drafter.children("s", ctx + [5], path[:2], 10_000)  # the whole vocabulary
+    assert drafter.propose("s", [*ctx, 5], 4).token_ids == list(path)
+    full = drafter.children("s", [*ctx, 5], path[:2], 10_000)  # the whole vocabulary
     assert abs(sum(torch.tensor([lp for _, lp in full]).exp().tolist()) - 1.0) < 1e-4
 
 
@@ -218,10 +221,10 @@ def test_train_fraction_trains_on_a_share_and_keeps_the_held_out_chats(monkeypat
     real = th.head_loss
     monkeypatch.setattr(th, "head_loss", lambda head, data, idx, tw, *a: seen.append(list(idx)) or real(head, data, idx, tw, *a))
     _, full = th.train(data, tw, steps=3, seed=0)
-    val_full, train_full = seen[-1], set(sum(seen[:-1], []))
+    val_full, train_full = seen[-1], set(functools.reduce(operator.iadd, seen[:-1], []))
     seen.clear()
     _, part = th.train(data, tw, steps=3, seed=0, train_fraction=0.25)
     assert (full["train_seqs"], part["train_seqs"]) == (30, 8) and full["val_seqs"] == part["val_seqs"] == 2
     assert seen[-1] == val_full  # the same held-out chats are scored
-    used = set(sum(seen[:-1], []))
+    used = set(functools.reduce(operator.iadd, seen[:-1], []))
     assert len(used) <= 8 and not used & set(val_full) and train_full - used
