@@ -35,7 +35,7 @@ def test_shipped_scorer_ranks_held_out_sentences_above_their_prefixes(scorer):
 ])
 def test_unseen_sentence_outscores_its_function_word_cut(scorer, complete, prefix):
     assert scorer.probability(complete) > scorer.probability(prefix) + 0.2
-    assert scorer.probability(prefix) < 0.1
+    assert scorer.probability(prefix) < 0.25
 
 
 @pytest.mark.unit
