@@ -126,3 +126,45 @@ def test_fake_detector_timing():
     assert len(fired) == 1 and fired[0].time_s == pytest.approx(0.2 + 0.2, abs=0.021)
     with pytest.raises(ValueError):
         s.push(np.full(10, np.inf, dtype=np.float32))
+
+
+def _push_with_probs(stream, audio: np.ndarray, probs: np.ndarray, frame: int):
+    """Push `audio` in `frame`-sample frames, handing each push the probabilities of the
+    512-sample windows it completes (counted over the whole stream)."""
+    done, events = 0, []
+    for i in range(0, len(audio), frame):
+        n = (i + len(audio[i : i + frame])) // 512
+        events.append(stream.push(audio[i : i + frame], speech_probs=probs[done:n]))
+        done = n
+    return events
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["complete", "paused"])
+def test_shared_speech_probs_give_the_same_decisions(detector, kind):
+    audio, _ = make_clip(_speech("piper", TEXTS[0]), kind, np.random.default_rng(2))
+    probs = detector.vad.probabilities(audio)
+    for frame in (320, 777):
+        own, shared = detector.stream(), detector.stream()
+        by_model = [own.push(audio[i : i + frame]) for i in range(0, len(audio), frame)]
+        by_probs = _push_with_probs(shared, audio, probs, frame)
+        assert any(e is not None for e in by_model)
+        assert by_probs == by_model
+        assert [e.time_s for e in shared.evaluations] == [e.time_s for e in own.evaluations]
+
+
+@pytest.mark.integration
+def test_wrong_speech_prob_count_raises_and_changes_nothing(detector):
+    stream = detector.stream()
+    assert stream.push(np.zeros(300, dtype=np.float32), speech_probs=[]) is None  # no window completed
+    frame = np.zeros(800, dtype=np.float32)  # 300 + 800 = 1100 samples: 2 windows
+    for bad in ([0.1], [0.1, 0.2, 0.3], [0.1, float("nan")], [0.1, 1.2]):
+        with pytest.raises(ValueError):
+            stream.push(frame, speech_probs=bad)
+    assert stream._pushed == 300 and stream._vad.windows == 0
+    stream.push(frame, speech_probs=[0.1, 0.2])
+    assert stream._vad.windows == 2 and stream._vad.last_probability == pytest.approx(0.2)
+    fake = FakeEndOfTurnDetector().stream()
+    with pytest.raises(ValueError):
+        fake.push(np.zeros(1024, dtype=np.float32), speech_probs=[0.5])
+    assert fake.push(np.zeros(1024, dtype=np.float32), speech_probs=[0.5, 0.5]) is None

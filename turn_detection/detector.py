@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,18 @@ class EndOfTurnDetector:
         return EndOfTurnStream(self)
 
 
+def _checked_probs(speech_probs: Sequence[float], n: int) -> np.ndarray:
+    try:
+        probs = np.asarray(speech_probs, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"speech_probs must be a sequence of numbers: {e}") from e
+    if len(probs) != n:
+        raise ValueError(f"speech_probs has {len(probs)} values, this push completes {n} windows of {WINDOW} samples")
+    if not np.all((probs >= 0.0) & (probs <= 1.0)):  # also rejects NaN
+        raise ValueError("speech_probs must lie in [0, 1]")
+    return probs
+
+
 class EndOfTurnStream:
     """Push 16 kHz mono float32 frames of any length; returns EndOfTurn once per turn."""
 
@@ -99,24 +112,34 @@ class EndOfTurnStream:
             raise ValueError("transcript must be a str")
         self._text = text
 
-    def push(self, frame: np.ndarray) -> EndOfTurn | None:
+    def push(self, frame: np.ndarray, speech_probs: Sequence[float] | None = None) -> EndOfTurn | None:
+        """Push audio. `speech_probs`, when given, are the VAD speech probabilities of the
+        512-sample windows this push completes (windows counted over the whole stream since
+        reset(), so exactly (buffered + len(frame)) // 512 of them), used instead of running
+        the VAD model: the session runs Silero once per window and shares it. A wrong count
+        or a value outside [0, 1] raises ValueError and changes nothing."""
         x = validate_audio(frame, ENGINE_RATE, allow_empty=True)  # ValueError on NaN / bad dtype
+        n = (len(self._pending) + len(x)) // WINDOW
+        probs = None if speech_probs is None else _checked_probs(speech_probs, n)
         self._pushed += len(x)
         self._audio = np.concatenate([self._audio, x])
         if len(self._audio) > _KEEP:
             self._audio_start += len(self._audio) - _KEEP
             self._audio = self._audio[-_KEEP:]
         buf = np.concatenate([self._pending, x])
-        n = len(buf) // WINDOW
         self._pending = buf[n * WINDOW :]
         event = None
         for i in range(n):
-            event = self._window(buf[i * WINDOW : (i + 1) * WINDOW]) or event
+            p = None if probs is None else float(probs[i])
+            event = self._window(buf[i * WINDOW : (i + 1) * WINDOW], p) or event
         return event
 
-    def _window(self, window: np.ndarray) -> EndOfTurn | None:
+    def _window(self, window: np.ndarray, prob: float | None) -> EndOfTurn | None:
         vad = self._vad
-        vad.push_window(window)
+        if prob is None:
+            vad.push_window(window)
+        else:
+            vad.push_probability(prob)
         p, now = vad.last_probability, vad.time_s
         cfg = vad.config
         if p >= (cfg.off_threshold if self._speaking else cfg.threshold):
