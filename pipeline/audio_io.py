@@ -94,7 +94,8 @@ class PushAudioInput(io.AudioInput):
 
 class PacedAudioOutput(io.AudioOutput):
     """Hands captured frames to `sink` in real time. `on_first_frame(t)` is called with the
-    monotonic time each segment's first frame reaches the sink; `on_clear()` on interruption."""
+    monotonic time each segment's first frame reaches the sink; `on_clear()` when playback stops
+    for an interruption: a pause (the user may have only coughed: resume() goes on) or a clear."""
 
     def __init__(self, sink: AudioSink, *, sample_rate: int | None = None, lead_s: float = 0.0,
                  on_first_frame: Callable[[float], None] | None = None,
@@ -135,14 +136,17 @@ class PacedAudioOutput(io.AudioOutput):
         self._frames.clear()
         position = self._position()
         self._segment_open = False
-        if self._on_clear is not None:
+        if self._on_clear is not None and self._paused_at is None:
             self._on_clear()
+        self._paused_at = None
         self.on_playback_finished(playback_position=position, interrupted=True)
         self._wake.set()
 
     def pause(self) -> None:
         if self._paused_at is None:
             self._paused_at = time.monotonic()
+            if self._on_clear is not None and self._segment_open:
+                self._on_clear()
 
     def resume(self) -> None:
         if self._paused_at is not None:
@@ -200,3 +204,30 @@ class PacedAudioOutput(io.AudioOutput):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+class MarkingAudioOutput(io.AudioOutput):
+    """Wraps another output (a LiveKit room's) and reports when each segment's first frame is
+    handed to it: the budget's `output_first_frame` where the room, not us, paces playback."""
+
+    def __init__(self, next_in_chain: io.AudioOutput, on_first_frame: Callable[[float], None]) -> None:
+        super().__init__(label="parley-marking", capabilities=io.AudioOutputCapabilities(pause=True),
+                         next_in_chain=next_in_chain, sample_rate=next_in_chain.sample_rate)
+        self._on_first_frame = on_first_frame
+        self._in_segment = False
+
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        await super().capture_frame(frame)
+        if not self._in_segment:
+            self._in_segment = True
+            self._on_first_frame(time.monotonic())
+        await self.next_in_chain.capture_frame(frame)
+
+    def flush(self) -> None:
+        super().flush()
+        self._in_segment = False
+        self.next_in_chain.flush()
+
+    def clear_buffer(self) -> None:
+        self._in_segment = False
+        self.next_in_chain.clear_buffer()

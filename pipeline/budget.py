@@ -32,7 +32,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("playout", "tts_first_audio", "output_first_frame"),
 )
 MARKS = ("speech_start", "speech_end", "end_of_turn", "final_transcript", "llm_request", "llm_first_token",
-         "first_chunk", "tts_first_audio", "ack_audio", "output_first_frame")
+         "acknowledgement", "first_chunk", "tts_first_audio", "output_first_frame")
 # A generation restarted for the same turn (a stale preemptive reply) overwrites these.
 _GENERATION_MARKS = frozenset({"llm_request", "llm_first_token", "first_chunk", "tts_first_audio"})
 
@@ -100,6 +100,47 @@ class TurnBudget:
                 "marks": {k: round(v - t0, 4) for k, v in sorted(m.items(), key=lambda kv: kv[1])}}
 
 
+@dataclass(frozen=True)
+class ResponsePolicy:
+    """How a reply acts on the time left. An acknowledgement ("Okay.") is spoken when the LLM's
+    first token has not come `ack_margin_s` before the first-audio deadline; the first TTS chunk
+    waits for more words when there is time to spare (`first_words`)."""
+
+    ack_enabled: bool = True
+    ack_phrases: tuple[str, ...] = ("Mm-hmm.", "Okay.", "Let me see.")
+    ack_margin_s: float = 0.25  # say it this long before the first-audio deadline (TTS + playout)
+    # ...but never before the reply had this long to start: past the deadline already, text due
+    # any moment would otherwise wait behind ~0.5 s of "Okay."
+    ack_grace_s: float = 0.12
+    min_first_words: int = 1
+    max_first_words: int = 6
+    words_per_s: float = 12.0  # the LLM's pace in words, to turn time left into words to wait for
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ack_enabled and not self.ack_phrases:
+            raise ValueError("ack_phrases must not be empty when ack_enabled")
+        if not 1 <= self.min_first_words <= self.max_first_words <= 50:
+            raise ValueError("need 1 <= min_first_words <= max_first_words <= 50")
+        if not 0 <= self.ack_margin_s <= 2 or not 0 <= self.ack_grace_s <= 2 or self.words_per_s <= 0:
+            raise ValueError("ack_margin_s and ack_grace_s must be in [0, 2] and words_per_s > 0")
+
+    def ack_wait_s(self, time_left_s: float | None) -> float | None:
+        """Seconds from the request to wait for the first token before acknowledging (None: never)."""
+        if not self.ack_enabled or time_left_s is None:
+            return None
+        return max(time_left_s - self.ack_margin_s, self.ack_grace_s)
+
+    def pick_ack(self, turn: int) -> str:
+        return self.ack_phrases[(turn + self.seed) % len(self.ack_phrases)]
+
+    def first_words(self, time_left_s: float | None, synth_s: float = 0.05) -> int:
+        if time_left_s is None:
+            return self.min_first_words + 1
+        words = int((time_left_s - synth_s) * self.words_per_s)
+        return max(self.min_first_words, min(self.max_first_words, words))
+
+
 class LatencyBudget:
     """One session's budget: the open turn, reports to subscribers, Prometheus metrics."""
 
@@ -130,7 +171,7 @@ class LatencyBudget:
     def mark(self, name: str, t: float | None = None) -> None:
         turn = self.turn if self.turn is not None else self.open_turn(t)
         turn.mark(name, self.clock() if t is None else t)
-        if name == "ack_audio":
+        if name == "acknowledgement":
             turn.acknowledged = True
         if name == "output_first_frame" and "end_of_turn" in turn.marks:
             self._close(turn)

@@ -25,7 +25,7 @@ class Components:
     vad: Any  # turn_detection.SileroVAD
     detector: Any  # EndOfTurnDetector (or a fake with the same stream() API)
     synthesizer: Any  # tts.Synthesizer
-    fake_script: tuple[str, ...] = ("hello there",)  # the fake transcriber's words
+    transcriber_factory: Any = None  # () -> a transcriber; None: from the config
 
     def sampling_params(self) -> SamplingParams:
         c = self.config
@@ -35,8 +35,10 @@ class Components:
     def new_transcriber(self):
         from stt import FakeTranscriber, StreamingTranscriber, TranscriberConfig
 
+        if self.transcriber_factory is not None:
+            return self.transcriber_factory()
         if self.config.stt == "fake":
-            return FakeTranscriber(self.fake_script)
+            return FakeTranscriber()
         cfg = TranscriberConfig(model=self.config.stt, cpu_threads=self.config.stt_threads)
         return StreamingTranscriber(cfg, decoder=self.decoder)
 
@@ -87,7 +89,7 @@ def external_llm(config: SessionConfig) -> Any:
 
 
 def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: Any = None,
-                    detector: Any = None, fake_script: tuple[str, ...] | None = None) -> Components:
+                    detector: Any = None, transcriber_factory: Any = None) -> Components:
     """Blocking (seconds): call it off the event loop. Stages given explicitly are used as is
     (tests hand in timed fakes)."""
     from tts import create_synthesizer
@@ -114,5 +116,4 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
             detector = EndOfTurnDetector.load(threads=config.vad_threads)
     if synthesizer is None:
         synthesizer = create_synthesizer(config.tts, threads=config.tts_threads)
-    return Components(config, lk_llm, engine, decoder, vad, detector, synthesizer,
-                      fake_script or ("hello there",))
+    return Components(config, lk_llm, engine, decoder, vad, detector, synthesizer, transcriber_factory)

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.budget import BudgetConfig
-from pipeline.plugins.tts import ResponsePolicy
+from pipeline.budget import BudgetConfig, ResponsePolicy
 
 LLM_KINDS = ("parley", "openai", "fake")  # or "package.module:attr"
 SPECULATIVE = ("auto", "head", "ngram", "none")
@@ -50,6 +49,7 @@ class SessionConfig:
     preemptive: bool = True
     interruption_min_s: float = 0.0  # speech (after the VAD's own 0.1 s) that interrupts the agent
     false_interruption_timeout_s: float = 1.0  # an interruption with no words after this resumes
+    aec_warmup_s: float = 0.0  # barge-in ignored this long after the agent starts (0: never)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     response: ResponsePolicy = field(default_factory=ResponsePolicy)
 
@@ -74,6 +74,8 @@ class SessionConfig:
                 raise ValueError(f"{name} must be in [1, 64]")
         if not 0.1 <= self.vad_silence_s <= 5 or not 0 <= self.interruption_min_s <= 5:
             raise ValueError("need 0.1 <= vad_silence_s <= 5 and 0 <= interruption_min_s <= 5")
+        if not 0 <= self.aec_warmup_s <= 10:
+            raise ValueError("aec_warmup_s must be in [0, 10]")
         if not 0.1 <= self.false_interruption_timeout_s <= 10:
             raise ValueError("false_interruption_timeout_s must be in [0.1, 10]")
         if not self.instructions.strip():

@@ -50,7 +50,9 @@ class Hearing:
     def __init__(self, vad: SileroVAD, transcriber, eot_detector, *, vad_config: VADConfig | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._vad = vad
-        self._vad_stream = vad.stream(vad_config or VADConfig())
+        # speech ends after 0.1 s of silence: before our detector decides (>= 0.1 s), so
+        # livekit's user state follows the VAD, and the STT can start its end decode then
+        self._vad_stream = vad.stream(vad_config or VADConfig(min_silence_s=0.1))
         self.transcriber = transcriber
         self._eot = eot_detector.stream()
         self._clock = clock

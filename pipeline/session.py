@@ -63,7 +63,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     stt_plugin = ParleySTT(hearing, model_name=config.stt, on_event=on_event)
     vad_plugin = ParleyVAD(hearing)
     llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
-                                             marks=lambda name: budget.mark(name))
+                                             marks=lambda name: budget.mark(name), policy=config.response,
+                                             time_left_s=budget.time_left_s)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
                            time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name))
     session = AgentSession(
@@ -78,6 +79,9 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
             "preemptive_generation": {"enabled": config.preemptive, "preemptive_tts": config.preemptive},
         },
         user_away_timeout=None,
+        # livekit ignores barge-in for 3 s after the agent starts speaking, for echo cancellers to
+        # converge; serverless transports carry no echo, and a room's client cancels its own
+        aec_warmup_duration=config.aec_warmup_s or None,
     )
     agent = Agent(instructions=config.instructions)
     return SessionParts(session, agent, hearing, budget, llm_plugin, tts_plugin)

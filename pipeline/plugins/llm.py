@@ -4,6 +4,7 @@ aborts the request when closed, and, optionally, `encode_chat` / `token_limit` /
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from livekit.agents import llm
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, NotGivenOr
 
 from llm_engine.sampling_params import SamplingParams
+from pipeline.budget import ResponsePolicy
 
 log = logging.getLogger("parley.llm")
 
@@ -54,14 +56,20 @@ def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int) -> li
 
 
 class ParleyLLM(llm.LLM):
-    """`marks(name)` is called at the request, its first token and its end (the budget)."""
+    """`marks(name)` records the request, an acknowledgement and the first token in the budget;
+    `time_left_s()` (the budget's) decides when a late first token is covered by a short
+    acknowledgement (`policy`), spoken as the reply's first words and kept in the history."""
 
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
-                 marks: Callable[[str], None] | None = None) -> None:
+                 marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
+                 time_left_s: Callable[[], float | None] = lambda: None) -> None:
         super().__init__()
         self.engine, self.params = engine, params
         self._model_name = model_name
         self._marks = marks or (lambda _name: None)
+        self.policy = policy or ResponsePolicy(ack_enabled=False)
+        self._time_left = time_left_s
+        self._requests = 0
 
     @property
     def model(self) -> str:
@@ -85,17 +93,34 @@ class ParleyLLMStream(llm.LLMStream):
         messages = fit_context(engine, chat_messages(self._chat_ctx), plugin.params.max_tokens)
         request_id = f"voice-{uuid.uuid4().hex[:12]}"
         plugin._marks("llm_request")
+        plugin._requests += 1
+        ack_wait = plugin.policy.ack_wait_s(plugin._time_left())
         stream = engine.stream_chat(messages, plugin.params, request_id)
-        first, n_deltas = True, 0
+        n_deltas = 0
+        first: asyncio.Future | None = None
         try:
-            async for delta in stream:
-                if first:
-                    plugin._marks("llm_first_token")
-                    first = False
-                n_deltas += 1
-                self._event_ch.send_nowait(llm.ChatChunk(
-                    id=request_id, delta=llm.ChoiceDelta(role="assistant", content=delta)))
+            it = stream.__aiter__()
+            first = asyncio.ensure_future(it.__anext__())
+            if ack_wait is not None:
+                await asyncio.wait({first}, timeout=ack_wait)
+                if not first.done():  # the first token is late: cover the silence
+                    plugin._marks("acknowledgement")
+                    log.info("first token late (%.0f ms waited): acknowledging", 1000 * ack_wait)
+                    self._send(request_id, plugin.policy.pick_ack(plugin._requests) + " ")
+            try:
+                delta = await first
+            except StopAsyncIteration:
+                delta = None
+            if delta is not None:
+                plugin._marks("llm_first_token")
+                self._send(request_id, delta)
+                n_deltas = 1
+                async for delta in it:
+                    n_deltas += 1
+                    self._send(request_id, delta)
         finally:
+            if first is not None and not first.done():
+                first.cancel()
             # cancelled (barge-in, a stale preemptive reply): abort the engine request now
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
@@ -107,3 +132,6 @@ class ParleyLLMStream(llm.LLMStream):
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=llm.CompletionUsage(
             completion_tokens=completion, prompt_tokens=prompt, prompt_cached_tokens=cached,
             total_tokens=prompt + completion)))
+
+    def _send(self, request_id: str, text: str) -> None:
+        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
