@@ -75,7 +75,7 @@ class EngineTarget:
                     self.truncate(sid, before[sid])
             raise
         seqs, n_new = [g[0] for g in grown], [g[1] for g in grown]
-        ids, meta, _, _ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
+        ids, meta, *_ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
         normed, prenorm = self.engine.model(ids, meta, self.engine.kv.layers, return_prenorm=True)
         outs, row = [], 0
         for seq, n, toks in zip(seqs, n_new, feeds.values()):
