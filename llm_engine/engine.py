@@ -312,10 +312,16 @@ class LLMEngine:
         return [o for o in done if o is not None]
 
     def _append(self, seq: Sequence, token: int) -> RequestOutput | None:
-        """Emit one accepted token: detokenize, stream the delta, finish on a stop / the limit."""
+        """Emit one accepted token; finish the request on a stop / the limit."""
+        reason = self._emit(seq, token)
+        return None if reason is None else self._finish(seq, reason)
+
+    def _emit(self, seq: Sequence, token: int) -> str | None:
+        """Append one accepted token, detokenize, stream the delta; -> the finish reason, if any
+        (the caller finishes the request). Also "abort" when the request was aborted meanwhile."""
         req = self.requests.get(seq.request_id)
         if req is None or req.seq is not seq or req.output is not None:
-            return None  # aborted while this step ran
+            return "abort"  # aborted while this step ran: its blocks go after the step
         if req.t_first_token is None:
             req.t_first_token = time.perf_counter()
         seq.token_ids.append(token)
@@ -331,12 +337,12 @@ class LLMEngine:
             reason = "length"
         if req.sink is not None and delta:
             req.sink(delta, None)
-        return None if reason is None else self._finish(seq, reason)
+        return reason
 
     def _finish(self, seq: Sequence, reason: str) -> RequestOutput | None:
         req = self.requests.get(seq.request_id)
-        if req is None or req.seq is not seq:
-            return None
+        if req is None or req.seq is not seq or req.output is not None:
+            return None  # already finished (an abort frees it when the step ends)
         extra = None if self._spec is None else self._spec.request_metrics(seq)
         self._release(req)
         return req.finish(reason, extra)

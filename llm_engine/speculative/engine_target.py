@@ -90,7 +90,11 @@ class EngineTarget:
         return outs
 
     def truncate(self, seq_id: str, length: int) -> None:
-        seq = self._seqs[seq_id]
+        seq = self._seqs.get(seq_id)
+        if seq is None:  # nothing cached yet (a draft model's first proposal): only 0 fits
+            if length:
+                raise ValueError(f"cannot truncate unknown sequence {seq_id!r} to {length}")
+            return
         if length < len(seq.token_ids):
             self.engine.kv.copy_blocks(self.engine.bm.truncate(seq, length))
 

@@ -160,18 +160,19 @@ class StepSpeculator:
         eng.kv.copy_blocks(eng.bm.truncate(seq, n0 + acc.accepted))  # KV rollback of rejected slots
         eng.bm.commit_full_blocks(seq)
         del seq.token_ids[n0:]
-        outs, kept = [], 0
+        kept, reason = 0, None
         for tok in acc.tokens:
             kept += 1
-            out = eng._append(seq, tok)
-            if out is not None or not eng.is_running(seq.request_id):
-                outs.append(out)
+            reason = eng._emit(seq, tok)
+            if reason is not None:
                 break
         st.ctl.update(k, acc.accepted)
         self.record(seq, k, acc.accepted, kept)
-        if features is not None and eng.is_running(seq.request_id):
+        if reason is not None:
+            return [eng._finish(seq, reason)]
+        if features is not None:
             self.drafter.accepted(seq.request_id, seq.token_ids, features=features[: acc.accepted + 1])
-        return outs
+        return []
 
     def record(self, seq: Sequence, drafted: int, accepted: int, emitted: int) -> None:
         st = self.seqs.get(seq)
