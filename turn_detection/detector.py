@@ -10,9 +10,9 @@ import numpy as np
 
 from parley.audio import ENGINE_RATE, validate_audio
 from turn_detection.classifier import DEFAULT_WEIGHTS, ProsodyClassifier
+from turn_detection.completeness import DEFAULT_TEXT_WEIGHTS, CompletenessScorer
 from turn_detection.policy import DEFAULT_POLICY, EndpointingPolicy
 from turn_detection.prosody import CONTEXT_S, prosodic_features
-from turn_detection.text_cues import text_unfinished
 from turn_detection.vad import WINDOW, WINDOW_S, SileroVAD, VADConfig
 
 _KEEP = int((CONTEXT_S + 2.0) * ENGINE_RATE)  # audio kept for the features
@@ -32,22 +32,30 @@ class Evaluation:
     time_s: float
     speech_end_s: float
     features: np.ndarray  # [len(FEATURE_NAMES)]
-    probability: float
+    probability: float  # the combined P the policy saw
+    audio_probability: float = float("nan")  # the prosodic classifier's P
+    text_probability: float | None = None  # the text scorer's P (None: no transcript / scorer)
 
 
 class EndOfTurnDetector:
     def __init__(self, vad: SileroVAD, classifier: ProsodyClassifier | None,
-                 policy: EndpointingPolicy | None = None):
-        self.vad, self.classifier = vad, classifier
+                 policy: EndpointingPolicy | None = None, text_scorer: CompletenessScorer | None = None):
+        self.vad, self.classifier, self.text_scorer = vad, classifier, text_scorer
         self.policy = policy or EndpointingPolicy()
 
     @classmethod
     def load(cls, weights: str | Path = DEFAULT_WEIGHTS, policy: EndpointingPolicy | None = None,
-             vad_path: str | Path | None = None, threads: int = 1) -> EndOfTurnDetector:
-        """The embedded VAD, the shipped weights and the shipped policy (eot_policy.json,
-        chosen on validation clips by turn_detection.training.tune)."""
+             vad_path: str | Path | None = None, threads: int = 1,
+             text_weights: str | Path | None = DEFAULT_TEXT_WEIGHTS) -> EndOfTurnDetector:
+        """The embedded VAD, the shipped prosodic and text weights (text_weights=None: audio
+        only) and the shipped policy (eot_policy.json, chosen by leave-one-family-out)."""
         policy = policy or EndpointingPolicy.load(DEFAULT_POLICY)
-        return cls(SileroVAD(vad_path, threads=threads), ProsodyClassifier.load(weights), policy)
+        text = CompletenessScorer.load(text_weights) if text_weights is not None else None
+        return cls(SileroVAD(vad_path, threads=threads), ProsodyClassifier.load(weights), policy, text)
+
+    def with_policy(self, policy: EndpointingPolicy) -> EndOfTurnDetector:
+        """The same models under another policy (sharing them)."""
+        return EndOfTurnDetector(self.vad, self.classifier, policy, self.text_scorer)
 
     def stream(self) -> EndOfTurnStream:
         return EndOfTurnStream(self)
@@ -107,7 +115,8 @@ class EndOfTurnStream:
         return self._probability
 
     def push_transcript(self, text: str) -> None:
-        """Optional interim transcript of the current turn."""
+        """The turn's words so far (every interim / preflight text): P is re-derived from it
+        and the prosodic P at the next window of a pause (policy.combine)."""
         if not isinstance(text, str):
             raise ValueError("transcript must be a str")
         self._text = text
@@ -171,8 +180,8 @@ class EndOfTurnStream:
             self._features = prosodic_features(audio)
             clf = self._det.classifier
             self._audio_p = clf.probability(self._features) if clf is not None else 0.5
-        prob = self._audio_p
-        if self._text and text_unfinished(self._text):
-            prob *= self._det.policy.text_penalty
+        scorer = self._det.text_scorer
+        text_p = scorer.probability(self._text) if scorer is not None and self._text.strip() else None
+        prob = self._det.policy.combine(self._audio_p, text_p)
         self._probability, self._prob_text = prob, self._text
-        self.evaluations.append(Evaluation(now, self._speech_end, self._features, prob))
+        self.evaluations.append(Evaluation(now, self._speech_end, self._features, prob, self._audio_p, text_p))
