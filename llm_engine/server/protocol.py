@@ -118,6 +118,10 @@ def _sampling(body: dict) -> dict[str, Any]:
     if not isinstance(stop, list) or len(stop) > MAX_STOP or any(not isinstance(s, str) or not s for s in stop):
         raise invalid("stop", f"must be a non-empty string or a list of up to {MAX_STOP} of them, got {stop!r}")
     out["stop"] = tuple(stop)
+    ignore_eos = body.get("ignore_eos", False)  # vLLM's extension: fixed-length replies for load tests
+    if not isinstance(ignore_eos, bool):
+        raise invalid("ignore_eos", f"must be a boolean, got {ignore_eos!r}")
+    out["ignore_eos"] = ignore_eos
     return out
 
 
