@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "pipeline.commands.say",
     "pipeline.commands.transcribe",
     "pipeline.commands.livekit",
+    "pipeline.commands.serve",
 )
 
 
