@@ -1,0 +1,108 @@
+"""`parley talk` end to end in headless Chromium: a fake microphone plays a spoken question
+(a 16-bit WAV: 24-bit ones capture silence without error), the page streams it to the talk
+server, whose fake session transcribes it with Whisper and answers with a tone. Checks: the
+audio that arrived is not silent, the transcript on the page is the question, agent audio
+played, a perceived-latency bar was drawn. The screenshot is kept in the test's tmp dir."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parley.wav import write_wav
+from pipeline.talk import TalkConfig, TalkServer
+from tests.fake_session import FakeSessionFactory
+from tests.speech import piper_speech, with_silence
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian chromium + chromium-driver (scripts/setup.sh)"),
+]
+QUESTION = "What is the capital of France?"
+TOKEN = "browser-test-token"
+
+
+class ServerThread:
+    """The talk server on its own event loop in a thread (Selenium's calls block)."""
+
+    def __init__(self, config: TalkConfig, factory) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.server = TalkServer(config, factory)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="talk-server", daemon=True)
+
+    def __enter__(self) -> TalkServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        return self.server
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def _chromium(wav: Path, profile: str):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={profile}", "--use-fake-ui-for-media-stream",
+                 "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={wav}%noloop",
+                 "--autoplay-policy=no-user-gesture-required", "--window-size=860,900"):
+        opts.add_argument(flag)
+    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=DRIVER))
+
+
+def _wait(driver, script: str, timeout: float, what: str):
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: d.execute_script(script))
+    except TimeoutException:
+        stats = driver.execute_script("return window.parleyStats")
+        raise AssertionError(f"timed out waiting for {what}; page stats {stats}") from None
+
+
+def test_browser_talks_to_the_server(tmp_path):
+    from stt import TranscriberConfig, WhisperDecoder, transcribe
+
+    decoder = WhisperDecoder(TranscriberConfig())
+    factory = FakeSessionFactory(recognize=lambda audio: transcribe(audio, 16_000, decoder=decoder).text)
+    wav = write_wav(tmp_path / "question.wav", with_silence(piper_speech(QUESTION), 0.8, 2.0), 16_000)
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
+    with ServerThread(TalkConfig(port=0, token=TOKEN), factory) as server:
+        driver = _chromium(wav, profile)
+        try:
+            driver.get(server.url())
+            driver.find_element("id", "talk").click()
+            final = _wait(driver, "const u = document.querySelector('.utt.final'); return u && u.textContent",
+                          25, "the final transcript")
+            _wait(driver, "return window.parleyStats.framesPlayed >= 10", 10, "agent audio to play")
+            width = float(_wait(driver, "const r = document.querySelector('svg.budget rect.bar-perceived');"
+                                        " return r && r.getAttribute('width')", 5, "the perceived-latency bar"))
+            reply = driver.find_element("css selector", ".reply").text
+            stats = driver.execute_script("return window.parleyStats")
+            driver.save_screenshot(str(tmp_path / "talk.png"))
+        finally:
+            driver.quit()
+    words = final.lower()
+    assert "capital" in words and "france" in words, final
+    assert reply.startswith("You said:"), reply
+    session = factory.sessions[0]
+    heard = np.concatenate(session.received)
+    assert np.abs(heard).max() > 0.1, "the server got silence: is the fake-mic WAV 16-bit?"
+    assert session.turn >= 1 and stats["framesSent"] > 50
+    assert stats["outputRate"] == 24_000
+    assert stats["maxPlaybackRms"] > 0.05, stats  # the 0.3-amplitude tone was audible at the output
+    assert width > 0
+    assert (tmp_path / "talk.png").stat().st_size > 10_000
