@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "pipeline.commands.bench",
     "pipeline.commands.say",
     "pipeline.commands.transcribe",
+    "pipeline.commands.talk",
 )
 
 
