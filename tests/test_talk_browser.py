@@ -1,8 +1,9 @@
-"""`parley talk` end to end in headless Chromium: a fake microphone plays a spoken question
-(a 16-bit WAV: 24-bit ones capture silence without error), the page streams it to the talk
-server, whose fake session transcribes it with Whisper and answers with a tone. Checks: the
-audio that arrived is not silent, the transcript on the page is the question, agent audio
-played, a perceived-latency bar was drawn. The screenshot is kept in the test's tmp dir."""
+"""`parley talk` end to end in headless Chromium: a fake microphone plays a spoken question,
+then, while the agent answers, a second remark (a 16-bit WAV: 24-bit ones capture silence
+without error). The page streams it to the talk server, whose fake session transcribes each
+turn with Whisper and answers with a long tone. Checks: the audio that arrived is not silent,
+the page shows each transcript, agent audio played and stopped at the interruption, latency
+bars were drawn. The screenshot is kept in the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from parley.wav import write_wav
 from pipeline.talk import TalkConfig, TalkServer
-from tests.fake_session import FakeSessionFactory
+from tests.fake_session import FakeSessionConfig, FakeSessionFactory
 from tests.speech import piper_speech, with_silence
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -27,6 +28,7 @@ pytestmark = [
     pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian chromium + chromium-driver (scripts/setup.sh)"),
 ]
 QUESTION = "What is the capital of France?"
+REMARK = "Never mind that one."
 TOKEN = "browser-test-token"
 
 
@@ -48,6 +50,11 @@ class ServerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+FINAL = "const u = document.querySelector('.turn[data-turn=\"{turn}\"] .utt.final'); return u && u.textContent"
+BAR = ("const r = document.querySelector('.turn[data-turn=\"{turn}\"] svg.budget rect.bar-perceived');"
+       " return r && r.getAttribute('width')")
 
 
 def _chromium(wav: Path, profile: str):
@@ -77,31 +84,39 @@ def test_browser_talks_to_the_server(tmp_path):
     from stt import TranscriberConfig, WhisperDecoder, transcribe
 
     decoder = WhisperDecoder(TranscriberConfig())
-    factory = FakeSessionFactory(recognize=lambda audio: transcribe(audio, 16_000, decoder=decoder).text)
-    wav = write_wav(tmp_path / "question.wav", with_silence(piper_speech(QUESTION), 0.8, 2.0), 16_000)
+    # The reply (6 s of tone) is still playing when the remark starts 2.5 s after the question.
+    factory = FakeSessionFactory(FakeSessionConfig(reply_s=6.0, end_silence_s=0.5),
+                                 recognize=lambda audio: transcribe(audio, 16_000, decoder=decoder).text)
+    mic = np.concatenate([with_silence(piper_speech(QUESTION), 0.8, 2.5), with_silence(piper_speech(REMARK), 0, 2.0)])
+    wav = write_wav(tmp_path / "mic.wav", mic, 16_000)
     profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
     with ServerThread(TalkConfig(port=0, token=TOKEN), factory) as server:
         driver = _chromium(wav, profile)
         try:
             driver.get(server.url())
             driver.find_element("id", "talk").click()
-            final = _wait(driver, "const u = document.querySelector('.utt.final'); return u && u.textContent",
-                          25, "the final transcript")
+            final = _wait(driver, FINAL.format(turn=1), 25, "the question's final transcript")
             _wait(driver, "return window.parleyStats.framesPlayed >= 10", 10, "agent audio to play")
-            width = float(_wait(driver, "const r = document.querySelector('svg.budget rect.bar-perceived');"
-                                        " return r && r.getAttribute('width')", 5, "the perceived-latency bar"))
-            reply = driver.find_element("css selector", ".reply").text
+            width = float(_wait(driver, BAR.format(turn=1), 5, "the perceived-latency bar"))
+            reply = driver.find_element("css selector", '.turn[data-turn="1"] .reply').text
+            _wait(driver, "return window.parleyStats.interrupts >= 1", 10, "the interruption")
+            _wait(driver, "return window.parleyStats.playbackRms < 0.001", 0.5, "playback to stop")
+            remark = _wait(driver, FINAL.format(turn=2), 15, "the remark's final transcript")
+            _wait(driver, BAR.format(turn=2), 10, "the second turn's bar")
             stats = driver.execute_script("return window.parleyStats")
             driver.save_screenshot(str(tmp_path / "talk.png"))
         finally:
             driver.quit()
-    words = final.lower()
-    assert "capital" in words and "france" in words, final
-    assert reply.startswith("You said:"), reply
     session = factory.sessions[0]
     heard = np.concatenate(session.received)
+    write_wav(tmp_path / "heard.wav", heard, 16_000)  # what the server got, kept beside the screenshot
+    words = final.lower()
+    assert "capital" in words and "france" in words, final
+    assert "mind" in remark.lower(), remark
+    assert reply.startswith("You said:"), reply
+    assert stats["framesCut"] >= 1, stats  # agent audio was sounding when the user spoke over it
     assert np.abs(heard).max() > 0.1, "the server got silence: is the fake-mic WAV 16-bit?"
-    assert session.turn >= 1 and stats["framesSent"] > 50
+    assert session.turn == 2 and session.interrupted == 1 and stats["framesSent"] > 50
     assert stats["outputRate"] == 24_000
     assert stats["maxPlaybackRms"] > 0.05, stats  # the 0.3-amplitude tone was audible at the output
     assert width > 0

@@ -12,8 +12,8 @@
 
   const $ = (id) => document.getElementById(id);
   const stats = {
-    framesSent: 0, maxInputRms: 0, framesReceived: 0, framesPlayed: 0, maxPlaybackRms: 0,
-    interrupts: 0, events: 0, outputRate: null, closeCode: null, closeReason: "",
+    framesSent: 0, maxInputRms: 0, framesReceived: 0, framesPlayed: 0, playbackRms: 0, maxPlaybackRms: 0,
+    interrupts: 0, framesCut: 0, events: 0, outputRate: null, closeCode: null, closeReason: "",
   };
   window.parleyStats = stats;
 
@@ -79,6 +79,7 @@
         break;
       }
       case "interrupt":
+        stats.framesCut += playing.size; // scheduled or sounding when the user spoke over them
         stopPlayback();
         stats.interrupts++;
         turnBlock(msg.turn).classList.add("interrupted");
@@ -134,7 +135,8 @@
       analyser.getFloatTimeDomainData(buf);
       let energy = 0;
       for (const v of buf) energy += v * v;
-      stats.maxPlaybackRms = Math.max(stats.maxPlaybackRms, Math.sqrt(energy / buf.length));
+      stats.playbackRms = Math.sqrt(energy / buf.length);
+      stats.maxPlaybackRms = Math.max(stats.maxPlaybackRms, stats.playbackRms);
     }, 50);
   }
 
