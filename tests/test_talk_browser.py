@@ -8,6 +8,7 @@ bars were drawn. The screenshot is kept in the test's tmp dir."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import tempfile
 import threading
@@ -27,7 +28,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian chromium + chromium-driver (scripts/setup.sh)"),
 ]
-QUESTION = "What is the capital of France?"
+QUESTION = "What time does the pharmacy on Main Street close on Sundays?"
 REMARK = "Never mind that one."
 TOKEN = "browser-test-token"
 
@@ -80,13 +81,25 @@ def _wait(driver, script: str, timeout: float, what: str):
         raise AssertionError(f"timed out waiting for {what}; page stats {stats}") from None
 
 
+def _wer(ref: str, hyp: str) -> float:
+    import jiwer
+
+    norm = lambda s: " ".join(re.sub(r"[^a-z0-9' ]+", " ", s.lower()).split()) or "<empty>"  # noqa: E731
+    return jiwer.wer(norm(ref), norm(hyp))
+
+
 def test_browser_talks_to_the_server(tmp_path):
     from stt import TranscriberConfig, WhisperDecoder, transcribe
 
     decoder = WhisperDecoder(TranscriberConfig())
     # The reply (6 s of tone) is still playing when the remark starts 2.5 s after the question.
-    factory = FakeSessionFactory(FakeSessionConfig(reply_s=6.0, end_silence_s=0.5),
-                                 recognize=lambda audio: transcribe(audio, 16_000, decoder=decoder).text)
+    heard_texts: list[str] = []
+
+    def recognize(audio: np.ndarray) -> str:
+        heard_texts.append(transcribe(audio, 16_000, decoder=decoder).text)
+        return heard_texts[-1]
+
+    factory = FakeSessionFactory(FakeSessionConfig(reply_s=6.0, end_silence_s=0.5), recognize=recognize)
     mic = np.concatenate([with_silence(piper_speech(QUESTION), 0.8, 2.5), with_silence(piper_speech(REMARK), 0, 2.0)])
     wav = write_wav(tmp_path / "mic.wav", mic, 16_000)
     profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
@@ -110,9 +123,13 @@ def test_browser_talks_to_the_server(tmp_path):
     session = factory.sessions[0]
     heard = np.concatenate(session.received)
     write_wav(tmp_path / "heard.wav", heard, 16_000)  # what the server got, kept beside the screenshot
-    words = final.lower()
-    assert "capital" in words and "france" in words, final
-    assert "mind" in remark.lower(), remark
+    # The page shows what the server recognized, and that is the question: Chromium's own
+    # voice processing (echo cancellation, noise suppression, gain control) reshapes the
+    # audio (correlation 0.7-0.9 with the file; 1.00 with it off), so Whisper tiny may miss
+    # a word: WER, not equality.
+    assert [final, remark] == heard_texts[:2]
+    assert _wer(QUESTION, final) <= 0.3, final
+    assert _wer(REMARK, remark) <= 0.5, remark
     assert reply.startswith("You said:"), reply
     assert stats["framesCut"] >= 1, stats  # agent audio was sounding when the user spoke over it
     assert np.abs(heard).max() > 0.1, "the server got silence: is the fake-mic WAV 16-bit?"
