@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "pipeline.commands.transcribe",
     "pipeline.commands.livekit",
     "pipeline.commands.serve",
+    "pipeline.commands.talk",
 )
 
 

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
-APT_PACKAGES=(espeak-ng g++)   # espeak-ng: the fallback TTS backend and a test voice; g++: the CPU kernels
+APT_PACKAGES=(espeak-ng g++ chromium chromium-driver)   # espeak-ng: the fallback TTS backend and a test voice; g++: the CPU kernels; chromium(-driver): the talk page's browser test
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
