@@ -106,3 +106,24 @@ def test_summary_counts_and_percentiles():
     assert (s["false_cutoffs"], s["false_cutoff_rate"], s["half_sentence_replies"]) == (1, 0.25, 1)
     assert s["histogram_ms"]["counts"] == [0, 2, 1, 0, 0, 0]
     assert percentiles([]) is None
+
+
+@pytest.mark.unit
+def test_the_bundled_sample_conversation_is_valid_and_held_out():
+    from benchmarks.make_voice_sample import CONVERSATION, DEFAULT_OUT, PAUSE_S
+    from benchmarks.voice_data import load_conversation
+    from turn_detection.training import sentences
+    from turn_detection.training.data import speech_intervals
+
+    clips, skipped = load_conversation(DEFAULT_OUT)
+    assert not skipped and [c.name for c in clips] == [line.name for line in CONVERSATION]
+    assert 4 <= len(clips) <= 6 and len({line.engine for line in CONVERSATION}) >= 2
+    held = set(sentences.TRAIN) | set(sentences.VALIDATION) | set(sentences.TEST)
+    for clip in clips:
+        assert clip.text not in held and covers_end(clip.text, clip.text)
+        # the labels agree with the audio: the last speech run ends at turn_end
+        assert abs(speech_intervals(clip.audio, gap_s=0.3)[-1][1] - clip.turn_end) <= 0.01
+    (paused,) = [c for c in clips if c.kind == "paused"]
+    ((start, end),) = paused.pauses
+    assert end - start == pytest.approx(PAUSE_S, abs=0.01) and start > 0.5 and end < paused.turn_end
+    assert not np.any(np.abs(paused.audio[round(start * RATE) + 16 : round(end * RATE) - 16]) > 1e-3)
