@@ -71,6 +71,7 @@ def summarize(rows: list[dict]) -> dict:
         "false_cutoffs": cut, "false_cutoff_rate": cut / n if n else 0.0,
         "half_sentence_replies": sum(r["half_sentence"] for r in rows),
         "no_reply": sum(r["no_reply"] for r in rows), "timeouts": sum(r.get("end") == "timeout" for r in rows),
+        "error_turns": sum(r.get("error_count", 0) > 0 for r in rows),
         "overrun_turns": sum(bool((r.get("budget") or {}).get("overruns")) for r in rows),
         "stages": _stages(rows),
         "histogram_ms": {"edges": list(HISTOGRAM_EDGES_MS), "counts": [int(c) for c in counts]},
@@ -150,6 +151,8 @@ def format_table(report: dict) -> str:
             ("false cutoffs", lambda s: f"{s['false_cutoffs']} ({100 * s['false_cutoff_rate']:.0f}%)"),
             ("replies to half a sentence", lambda s: str(s["half_sentence_replies"])),
             ("no reply", lambda s: str(s["no_reply"])),
+            ("turns timed out (reply never ended)", lambda s: str(s["timeouts"])),
+            ("turns with a session error", lambda s: str(s["error_turns"])),
             ("turns with a budget overrun", lambda s: str(s["overrun_turns"])),
             ("session-reported perceived p50", lambda s: _fmt((s["session_perceived_ms"] or {}).get("p50")))]
     for label, fn in rows:

@@ -26,6 +26,7 @@ from tts.normalize import normalize_text
 ONSET_HOLD_S = 0.1  # an onset needs this much agent silence before it
 END_WINDOW = 3  # the text's last word must be among the transcript's last 3 words
 WORD_MATCH = 0.75
+MAX_ERRORS = 5  # a failing stage can send thousands of error events in one turn (seen: 3,400)
 
 
 def db_to_amplitude(db: float) -> float:
@@ -66,14 +67,17 @@ def covers_end(text: str, transcript: str) -> bool:
 
 
 def _replies(events: list[tuple[float, dict]]) -> list[dict]:
-    """Per session turn that produced reply text: the final transcript(s) it answered."""
+    """Per session turn that produced reply text: the final transcript(s) it answered (those
+    with the reply's turn number; else the last final before the reply's first text)."""
     finals: dict[int, list[str]] = {}
+    timed: list[tuple[float, str]] = []  # every final, for a session whose turn numbers differ
     interim: dict[int, str] = {}
     texts: dict[int, tuple[float, str]] = {}
     for t, ev in events:
         kind, turn = ev.get("type"), ev.get("turn")
         if kind == "transcript" and ev.get("final"):
             finals.setdefault(turn, []).append(str(ev.get("text", "")).strip())
+            timed.append((t, str(ev.get("text", "")).strip()))
         elif kind == "transcript":
             interim[turn] = str(ev.get("text", "")).strip()
         elif kind == "reply" and str(ev.get("text", "")).strip():
@@ -81,7 +85,9 @@ def _replies(events: list[tuple[float, dict]]) -> list[dict]:
             texts[turn] = (first_t, str(ev["text"]).strip())  # the text so far: keep the last
     out = []
     for turn, (t, text) in sorted(texts.items(), key=lambda kv: kv[1][0]):
-        said = " ".join(s for s in finals.get(turn, []) if s) or interim.get(turn, "")
+        said = " ".join(s for s in finals.get(turn, []) if s)
+        if not said:  # no final under the reply's turn number: the last final heard before it
+            said = next((s for ft, s in reversed(timed) if ft <= t and s), interim.get(turn, ""))
         out.append({"turn": turn, "t_s": round(t, 3), "transcript": said, "text": text})
     return out
 
@@ -112,6 +118,7 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
         r["covers_end"] = covers_end(clip.text, r["transcript"])
         replies.append(r)
     answered = replies[-1] if replies else None
+    errors = [str(ev.get("message", "")) for _, ev in events if ev.get("type") == "error"]
     return {
         "name": clip.name, "kind": clip.kind, "text": clip.text, "turn_end_s": clip.turn_end,
         "first_agent_s": None if first is None else round(first / ENGINE_RATE, 4),
@@ -124,6 +131,7 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
         "reply": answered["text"] if answered else "",
         "replies": replies,
         "interrupts": sum(1 for _, ev in events if ev.get("type") == "interrupt"),
-        "errors": [ev.get("message", "") for _, ev in events if ev.get("type") == "error"],
+        "error_count": len(errors),
+        "errors": list(dict.fromkeys(errors))[:MAX_ERRORS],  # the first distinct messages
         "budget": _budget(events, answered["turn"] if answered else None),
     }

@@ -145,3 +145,14 @@ def test_compare_specs(tmp_path):
     for bad in ([f"{f}"], [f"parley={f}"], [f"a={f}", f"a={f}"], ["a=/no/such.toml"], [f"a b={f}"]):
         with pytest.raises((ValueError, FileNotFoundError)):
             parse_compare(bad, "parley")
+
+
+@pytest.mark.unit
+def test_the_bundled_compare_configs_load_as_session_configs():
+    config = pytest.importorskip("pipeline.config", reason="the voice session's config is not in this checkout")
+    from pathlib import Path
+
+    files = sorted((Path(__file__).parents[1] / "benchmarks" / "data" / "voice_configs").glob("*.toml"))
+    assert len(files) >= 2
+    loaded = {f.stem: config.SessionConfig.from_toml(f) for f in files}
+    assert loaded["vad-only"].turn_detection == "vad" and loaded["no-speculation"].speculative == "none"
