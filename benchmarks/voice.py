@@ -165,7 +165,7 @@ def run_config(factory: SessionFactory, clips: list[VoiceClip], opts: ReplayOpti
     threshold = db_to_amplitude(opts.silence_db)
     rows = []
     for clip, (tl, meta) in zip(clips, played):
-        rows.append({**score_turn(clip, tl.agent_track(), tl.events, threshold), **meta})
+        rows.append({**score_turn(clip, tl.agent_track(), tl.events, threshold, tl.t0), **meta})
     return rows, [tl for tl, _ in played]
 
 

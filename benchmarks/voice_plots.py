@@ -4,8 +4,9 @@ process-wide backend is chosen behind the caller's back).
 - latency_histogram.png: perceived latency per configuration, side by side.
 - waterfall.png: the typical turn of the first configuration (perceived latency closest to
   its median), read back from its stereo WAV: the user's and the agent's audio around the turn
-  end, and below it the session's budget stages laid end to end from the turn end, each beside
-  its allotment, against the latency measured from the audio."""
+  end with the budget's marks (green: the session's clock, anchored at its VAD's speech end),
+  and below it the budget stages laid end to end from the turn end, each beside its allotment,
+  against the latency measured from the audio."""
 
 from __future__ import annotations
 
@@ -56,6 +57,16 @@ def waterfall(path: Path, row: dict, wav: Path) -> Path:
     for ax in (ax_audio, ax_stages):
         ax.axvline(end, color="k", lw=1)
         ax.axvline(end + lat, color="r", lw=1)
+    marks = (row.get("budget") or {}).get("marks") or {}
+    if marks:  # the session's own clock readings, anchored where its VAD heard the speech end
+        anchor = row.get("session_speech_end_s")
+        anchor = end if anchor is None else anchor
+        zero = marks.get("speech_end", min(marks.values()))
+        for k, (name, v) in enumerate(sorted(marks.items(), key=lambda kv: kv[1])):
+            x = anchor + v - zero
+            ax_audio.axvline(x, color="tab:green", lw=0.8, ls=":")
+            ax_audio.text(x, 0.95 - 0.12 * (k % 4), f" {name}", fontsize=7, color="tab:green",
+                          transform=ax_audio.get_xaxis_transform())
     ax_audio.set_title(f"{row['name']}: perceived {row['perceived_ms']:.0f} ms (black: last word, red: first audio)")
     ax_audio.set_yticks([0.5, -0.5], ["user", "agent"])
     stages = [s for s in (row.get("budget") or {}).get("stages", []) if s.get("ms") is not None]

@@ -99,7 +99,20 @@ def _budget(events: list[tuple[float, dict]], turn) -> dict | None:
         return None
     b = mine[-1]
     return {"turn": b.get("turn"), "perceived_ms": b.get("perceived_ms"), "budget_ms": b.get("budget_ms"),
-            "stages": list(b.get("stages", [])), "overruns": list(b.get("overruns", []))}
+            "stages": list(b.get("stages", [])), "overruns": list(b.get("overruns", [])),
+            "marks": dict(b.get("marks") or {})}
+
+
+def _session_speech_end(events: list[tuple[float, dict]], t0: float | None) -> float | None:
+    """Timeline seconds of the session's last "speech ended" (vad event, monotonic `t`) heard
+    before its budget event: where the budget's marks are anchored in the waterfall."""
+    if t0 is None:
+        return None
+    until = max((t for t, ev in events if ev.get("type") == "budget"), default=float("inf"))
+    ends = [float(ev["t"]) - t0 for t, ev in events
+            if ev.get("type") == "vad" and ev.get("speaking") is False and isinstance(ev.get("t"), int | float)
+            and t <= until]
+    return round(ends[-1], 4) if ends else None
 
 
 def _ms(samples: int) -> float:
@@ -107,8 +120,9 @@ def _ms(samples: int) -> float:
 
 
 def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dict]],
-               threshold: float) -> dict:
-    """One turn's row of report.json (agent: the timeline's right channel)."""
+               threshold: float, t0: float | None = None) -> dict:
+    """One turn's row of report.json (agent: the timeline's right channel; t0: the monotonic
+    time of the timeline's start, to place the session's own clock readings on it)."""
     end = round(clip.turn_end * ENGINE_RATE)
     first = first_audible(agent, threshold)
     cut = first is not None and first < end
@@ -119,6 +133,7 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
         replies.append(r)
     answered = replies[-1] if replies else None
     errors = [str(ev.get("message", "")) for _, ev in events if ev.get("type") == "error"]
+    vad_end = _session_speech_end(events, t0)
     return {
         "name": clip.name, "kind": clip.kind, "text": clip.text, "turn_end_s": clip.turn_end,
         "first_agent_s": None if first is None else round(first / ENGINE_RATE, 4),
@@ -134,4 +149,7 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
         "error_count": len(errors),
         "errors": list(dict.fromkeys(errors))[:MAX_ERRORS],  # the first distinct messages
         "budget": _budget(events, answered["turn"] if answered else None),
+        # where the session's VAD put the end of speech, vs the labels (its endpointing head start)
+        "session_speech_end_s": vad_end,
+        "vad_lag_ms": None if vad_end is None else round(1000 * (vad_end - clip.turn_end), 1),
     }

@@ -80,6 +80,7 @@ def test_latency_from_the_wav_matches_the_fake_delay(tmp_path):
         assert abs(r["perceived_ms"] - 1000 * delay) <= FRAME_MS
         assert abs(_first_audible_ms(out / f"{r['name']}.wav", r["turn_end_s"]) - 1000 * delay) <= FRAME_MS
         assert r["transcript"] and r["reply"].startswith("You said")
+        assert abs(r["vad_lag_ms"]) <= FRAME_MS  # the session's clock readings land on the timeline
     s = report["summary"]["fake"]
     assert abs(s["perceived_ms"]["p50"] - 1000 * delay) <= FRAME_MS and s["false_cutoffs"] == 0
     assert s["stages"]["endpointing"]["p50"] == pytest.approx(600.0)

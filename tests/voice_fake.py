@@ -59,6 +59,8 @@ class FakeSession:
                 self._reply.cancel()
                 self._event({"type": "interrupt", "turn": self.turn})
                 self._event({"type": "state", "agent": "listening"})
+            if self._speech_end is None:
+                self._event({"type": "vad", "speaking": True, "t": now - (len(x) - int(loud[0])) / RATE})
             self._speech_end = now - (len(x) - 1 - int(loud[-1])) / RATE  # just after the last loud sample
         elif self._speech_end is not None and now - self._speech_end >= self.config.endpoint_s:
             self._end_turn()
@@ -67,6 +69,7 @@ class FakeSession:
         cfg, turn = self.config, self.turn
         text = cfg.transcripts[min(turn, len(cfg.transcripts) - 1)]
         due = self._speech_end + cfg.reply_delay_s
+        self._event({"type": "vad", "speaking": False, "t": self._speech_end})
         self._speech_end = None
         self._event({"type": "state", "agent": "thinking"})
         self._event({"type": "transcript", "final": True, "text": text, "turn": turn})
@@ -92,7 +95,8 @@ class FakeSession:
                   ("first_audio", 1000 * (cfg.reply_delay_s - cfg.endpoint_s), 350.0)]
         self._event({"type": "budget", "turn": turn, "perceived_ms": 1000 * cfg.reply_delay_s, "budget_ms": 600.0,
                      "stages": [{"name": n, "ms": ms, "allotment_ms": a, "overrun": ms > a} for n, ms, a in stages],
-                     "overruns": [n for n, ms, a in stages if ms > a], "marks": {}})
+                     "overruns": [n for n, ms, a in stages if ms > a],
+                     "marks": {"speech_end": 0.0, "end_of_turn": cfg.endpoint_s, "output_first_frame": cfg.reply_delay_s}})
 
     async def aclose(self) -> None:
         if self._reply is not None and not self._reply.done():
