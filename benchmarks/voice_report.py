@@ -23,13 +23,17 @@ HISTOGRAM_EDGES_MS = (0, 300, 600, 900, 1200, 2000)
 
 
 def cpu_model() -> str:
+    """"AMD EPYC (family 25, model 1)": the model name alone is generic on cloud machines."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:30]
+                    if ":" in line)
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        info = {}
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    if "model name" not in info:
+        return platform.processor() or platform.machine()
+    extra = f" (family {info['cpu family']}, model {info['model']})" if "cpu family" in info and "model" in info else ""
+    return info["model name"] + extra
 
 
 def write_stereo(path: Path, tl: Timeline) -> Path:
@@ -154,6 +158,7 @@ def format_table(report: dict) -> str:
             ("turns timed out (reply never ended)", lambda s: str(s["timeouts"])),
             ("turns with a session error", lambda s: str(s["error_turns"])),
             ("turns with a budget overrun", lambda s: str(s["overrun_turns"])),
+            ("largest push lag (ms; replay fell behind real time)", lambda s: f"{s['max_push_lag_ms']:.0f}"),
             ("session-reported perceived p50", lambda s: _fmt((s["session_perceived_ms"] or {}).get("p50")))]
     for label, fn in rows:
         lines.append(f"| {label} | " + " | ".join(fn(sums[n]) for n in names) + " |")

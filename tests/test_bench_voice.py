@@ -157,3 +157,27 @@ def test_the_bundled_compare_configs_load_as_session_configs():
     assert len(files) >= 2
     loaded = {f.stem: config.SessionConfig.from_toml(f) for f in files}
     assert loaded["vad-only"].turn_detection == "vad" and loaded["no-speculation"].speculative == "none"
+
+
+@pytest.mark.integration
+def test_the_cli_runs_it_and_prints_the_table(tmp_path, monkeypatch, capsys):
+    import benchmarks.voice as voice
+    from pipeline import cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(data, "a-complete", [_silence(0.2), _tone(0.4), _silence(0.2)], "What time is it", "complete", [])
+    seen = {}
+
+    def makers(config, compare):
+        seen.update(config=config, compare=compare)
+        return _fake(reply_delay_s=0.3, transcripts=("what time is it",))
+
+    monkeypatch.setattr(voice, "session_makers", makers)
+    out = tmp_path / "out"
+    assert cli.main(["bench", "voice", "--data", str(data), "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "| p50 |" in printed and "| false cutoffs | 0 (0%) |" in printed
+    assert seen == {"config": None, "compare": []} and (out / "a-complete.wav").exists()
+    assert cli.main(["bench", "voice", "--data", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "not a directory" in capsys.readouterr().err
