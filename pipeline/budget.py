@@ -68,6 +68,9 @@ class TurnBudget:
     def mark(self, name: str, t: float) -> None:
         if name not in MARKS:
             raise ValueError(f"unknown budget mark {name!r} (one of {MARKS})")
+        if name == "llm_request":  # a new generation (a stale preemptive one was dropped)
+            for later in ("llm_first_token", "first_chunk", "tts_first_audio"):
+                self.marks.pop(later, None)
         if name in _GENERATION_MARKS or name not in self.marks:
             self.marks[name] = t
 
@@ -82,6 +85,8 @@ class TurnBudget:
         eot = m.get("end_of_turn")
         for name, a, b in STAGES:
             ms = (m[b] - m[a]) * 1000.0 if a in m and b in m else None
+            if ms is not None and ms < 0:  # an acknowledgement's audio, not the reply's
+                ms = None
             allot = self.config.allotment_ms(name)
             over = ms is not None and ms > allot
             hidden = ms is not None and eot is not None and m[b] <= eot and name != "endpointing"
@@ -169,11 +174,18 @@ class LatencyBudget:
         return self.turn
 
     def mark(self, name: str, t: float | None = None) -> None:
-        turn = self.turn if self.turn is not None else self.open_turn(t)
+        """A stage passed `name`. Outside a user turn (a greeting, an apology) it is ignored."""
+        turn = self.turn
+        if turn is None:
+            return
         turn.mark(name, self.clock() if t is None else t)
         if name == "acknowledgement":
             turn.acknowledged = True
-        if name == "output_first_frame" and "end_of_turn" in turn.marks:
+        m = turn.marks
+        # the report goes out once the reply is audible; after an acknowledgement, once the
+        # reply's first token (the stage it covered) is known as well
+        if "end_of_turn" in m and "output_first_frame" in m and (
+                not turn.acknowledged or "llm_first_token" in m):
             self._close(turn)
             self.turn = None
 

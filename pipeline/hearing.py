@@ -28,6 +28,7 @@ from turn_detection.vad import WINDOW, WINDOW_S, SileroVAD, VADConfig
 
 log = logging.getLogger("parley.hearing")
 _CLOSE = object()
+_FLUSH = object()
 _POLL_S = 0.02  # how often the worker looks for transcriber events when no audio comes
 
 
@@ -70,6 +71,8 @@ class Hearing:
         self._speech_run_s = 0.0
         self._silence_s = 0.0
         self._closed = False
+        self._flushing = None  # the transcriber's pending flush (a Future)
+        self._deferred: list[int] = []  # turns whose flush waits for the previous one
 
     # -- loop side --------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -123,7 +126,10 @@ class Hearing:
             if item is _CLOSE:
                 return
             try:
-                if item is not None:
+                if item is _FLUSH:
+                    if self._deferred and (self._flushing is None or self._flushing.done()):
+                        self._flush(self._deferred.pop(0))
+                elif item is not None:
                     self._hear(*item)
                 self._transcripts(self.transcriber.poll())
             except Exception as e:  # a failed stage must reach the session, not kill the thread
@@ -192,7 +198,15 @@ class Hearing:
         speech_end = self._last_speech_t
         self._emit(HearingEvent("end_of_turn", decided, probability=probability, turn=turn,
                                 silence_s=decided - speech_end))
-        future = self.transcriber.flush_future()
+        if self._flushing is not None and not self._flushing.done():
+            # the previous turn's final is still being decoded: a flush now would hand back that
+            # same final, and this turn's words would be lost; flush once it is out
+            self._deferred.append(turn)
+            return
+        self._flush(turn)
+
+    def _flush(self, turn: int) -> None:
+        future = self._flushing = self.transcriber.flush_future()
 
         def done(f) -> None:
             if f.cancelled():
@@ -201,6 +215,8 @@ class Hearing:
                 self._emit(HearingEvent("error", self._clock(), text=str(f.exception()), error=f.exception()))
                 return
             self._emit(HearingEvent("final", self._clock(), text=f.result().text, turn=turn))
+            if self._deferred:
+                self._inbox.put(_FLUSH)  # from the transcriber's thread: let the worker flush
 
         future.add_done_callback(done)
 
