@@ -7,7 +7,6 @@ import asyncio
 import sys
 import webbrowser
 
-from parley.errors import ParleyError
 from pipeline.talk import TalkConfig, TalkServer, serve
 
 
@@ -15,14 +14,11 @@ def run(args) -> int:
     # Checked before any model loads: a public host without a token never starts.
     config = TalkConfig(host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions)
     # The voice session is imported here, not at module level: `parley -h` stays light.
-    try:
-        from pipeline.session import SessionConfig, session_factory
-    except ModuleNotFoundError as e:
-        if e.name != "pipeline.session":
-            raise
-        raise ParleyError("the voice session (pipeline/session.py) is not part of this build") from e
+    from pipeline.config import SessionConfig
+    from pipeline.session import session_factory
 
-    factory = session_factory(SessionConfig.from_args(args))
+    # 60 ms ahead of real time: the page's jitter buffer plays from it
+    factory = session_factory(SessionConfig.from_args(args), lead_s=0.06)
 
     def ready(server: TalkServer) -> None:
         url = server.url()
@@ -43,4 +39,7 @@ def register(sub) -> None:
                    help="secret the page must present (8+ characters; required off loopback)")
     p.add_argument("--max-sessions", type=int, default=4, help="concurrent sessions (one per page)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    from pipeline.config import SessionConfig
+
+    SessionConfig.add_arguments(p)
     p.set_defaults(func=run)
