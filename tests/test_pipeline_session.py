@@ -190,3 +190,26 @@ def test_config_from_toml_and_flags(tmp_path):
         SessionConfig.from_toml(path)
     with pytest.raises(ValueError, match="base_url"):
         SessionConfig(llm="openai")
+
+
+async def test_the_session_talks_to_parley_serve_through_llm_openai(monkeypatch):
+    """`--llm openai --base-url URL`: livekit's OpenAI plugin against our own server, the local
+    stand-in for a vLLM / SGLang cluster."""
+    from llm_engine import LLMEngine
+    from llm_engine.server import ServerConfig, ServerThread
+
+    engine = LLMEngine.from_pretrained(num_threads=1)
+    server = ServerThread(engine, ServerConfig(port=0, api_key="k3y", model_name="smollm2")).start()
+    try:
+        monkeypatch.setenv("PARLEY_TEST_KEY", "k3y")
+        cfg = SessionConfig(llm="openai", base_url=server.base_url, model="smollm2", api_key_env="PARLEY_TEST_KEY",
+                            stt="fake", tts="fake", preemptive=False, response=ResponsePolicy(ack_enabled=False))
+        comps = load_components(cfg, detector=FakeEndOfTurnDetector(silence_s=0.2),
+                                synthesizer=FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.02),
+                                transcriber_factory=fake_transcriber)
+        _, run = await one_turn(cfg, comps, wait_s=20)
+        replies = run.of("reply")
+        assert replies and replies[0]["text"].strip(), run.events[-5:]
+        assert run.of("budget")[0]["perceived_ms"] > 0
+    finally:
+        server.stop()
