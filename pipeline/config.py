@@ -47,6 +47,7 @@ class SessionConfig:
     turn_detection: str = "parley"
     vad_silence_s: float = 0.5  # turn_detection = "vad": silence that ends the turn
     preemptive: bool = True
+    prefill_ahead: bool = True  # engine: prefill the words so far while the user speaks
     interruption_min_s: float = 0.0  # speech (after the VAD's own 0.1 s) that interrupts the agent
     false_interruption_timeout_s: float = 1.0  # an interruption with no words after this resumes
     aec_warmup_s: float = 0.0  # barge-in ignored this long after the agent starts (0: never)

@@ -24,7 +24,7 @@ from pipeline.components import Components, load_components
 from pipeline.config import SessionConfig
 from pipeline.hearing import Hearing, HearingEvent
 from pipeline.plugins.hearing import ParleySTT, ParleyVAD
-from pipeline.plugins.llm import ParleyLLM
+from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages
 from pipeline.plugins.tts import ParleyTTS
 from pipeline.transport import AudioSink, EventSink, SessionFactory
 
@@ -46,8 +46,14 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     """Call inside the running event loop (livekit binds the session to it)."""
     budget = budget or LatencyBudget(config.budget)
     hearing = Hearing(components.vad, components.new_transcriber(), components.detector)
+    agent = Agent(instructions=config.instructions)
+    ahead = None
+    if config.prefill_ahead and components.engine is not None and components.llm is None:
+        ahead = PrefillAhead(components.engine, lambda: _history(agent, config))
 
     def on_event(ev: HearingEvent) -> None:
+        if ahead is not None and ev.kind in ("interim", "preflight"):
+            ahead.update(ev.text, ev.t)
         if ev.kind == "speech_start":
             budget.open_turn(ev.t)
         elif ev.kind == "end_of_turn":
@@ -83,8 +89,15 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         # converge; serverless transports carry no echo, and a room's client cancels its own
         aec_warmup_duration=config.aec_warmup_s or None,
     )
-    agent = Agent(instructions=config.instructions)
     return SessionParts(session, agent, hearing, budget, llm_plugin, tts_plugin)
+
+
+def _history(agent: Agent, config: SessionConfig) -> list[dict[str, str]]:
+    """The conversation as the next request will send it, before the new user turn."""
+    msgs = chat_messages(agent.chat_ctx)
+    if not msgs or msgs[0]["role"] != "system":
+        msgs.insert(0, {"role": "system", "content": config.instructions})
+    return msgs
 
 
 class VoiceSession:

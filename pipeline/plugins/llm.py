@@ -70,6 +70,7 @@ class ParleyLLM(llm.LLM):
         self.policy = policy or ResponsePolicy(ack_enabled=False)
         self._time_left = time_left_s
         self._requests = 0
+        self.last_usage: llm.CompletionUsage | None = None  # of the newest finished request
 
     @property
     def model(self) -> str:
@@ -129,9 +130,38 @@ class ParleyLLMStream(llm.LLMStream):
         prompt = len(out.prompt_token_ids) if out is not None else 0
         completion = len(out.token_ids) if out is not None else n_deltas
         cached = out.num_cached_tokens if out is not None else 0
-        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=llm.CompletionUsage(
-            completion_tokens=completion, prompt_tokens=prompt, prompt_cached_tokens=cached,
-            total_tokens=prompt + completion)))
+        usage = llm.CompletionUsage(completion_tokens=completion, prompt_tokens=prompt,
+                                    prompt_cached_tokens=cached, total_tokens=prompt + completion)
+        plugin.last_usage = usage
+        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=usage))
 
     def _send(self, request_id: str, text: str) -> None:
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
+
+
+class PrefillAhead:
+    """While the user speaks, prefill the conversation with their words so far (the engine's
+    `prefill`), so the real request prefills only what changed. At most one in flight, at
+    most one per `min_interval_s` of speech, and only for engines that have `prefill`."""
+
+    def __init__(self, engine: Any, history: Callable[[], list[dict[str, str]]], *,
+                 min_interval_s: float = 0.6, min_words: int = 4) -> None:
+        self.engine, self._history = engine, history
+        self.min_interval_s, self.min_words = min_interval_s, min_words
+        self._last = -1e9
+        self._rid: str | None = None
+        self.sent = 0
+
+    def update(self, text: str, now: float) -> None:
+        prefill = getattr(self.engine, "prefill", None)
+        if prefill is None or len(text.split()) < self.min_words or now - self._last < self.min_interval_s:
+            return
+        self._last = now
+        if self._rid is not None:
+            self.engine.abort(self._rid)  # its full blocks are cached already: nothing is lost
+        messages = [*self._history(), {"role": "user", "content": text}]
+        try:
+            self._rid = prefill(fit_context(self.engine, messages, 0))
+            self.sent += 1
+        except ValueError as e:  # too long for the cache right now: the real request will say so
+            log.debug("prefill ahead skipped: %s", e)
