@@ -328,3 +328,20 @@ def test_cpu_drafts_fill_only_the_batch_weight_pass(model_dir, alone):
     assert [o.token_ids for o in outs] == alone * 2 and eight.spec_metrics.drafted == 0
     four = oracle_engine(model_dir, alone)
     assert [o.token_ids for o in four.generate(PROMPTS, GREEDY)] == alone and four.spec_metrics.drafted > 0
+
+
+def test_a_failing_step_ends_streams_with_a_typed_error(model_dir):
+    from parley.errors import ParleyError
+
+    eng = engine(model_dir, "ngram")
+    real = eng.runner.run
+    eng.runner.run = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+
+    async def consume():
+        return [d async for d in eng.stream_chat(CHAT, GREEDY)]
+
+    with pytest.raises(ParleyError, match="boom"):
+        asyncio.run(consume())
+    assert eng.num_free_blocks == eng.num_blocks and not eng.has_unfinished()
+    eng.runner.run = real  # the engine keeps serving
+    assert len(eng.chat([CHAT], GREEDY)[0].token_ids) == GREEDY.max_tokens
