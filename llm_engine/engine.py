@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -26,6 +27,8 @@ from llm_engine.scheduler import Scheduler
 from llm_engine.sequence import Sequence, SequenceStatus
 from llm_engine.streaming import ChatStream
 from llm_engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # LLMEngine.for_voice(): the voice loop's defaults (see benchmarks/llm_engine.py --stream)
@@ -370,8 +373,13 @@ class LLMEngine:
                 results[final.request_id] = final
 
         rids = [self._admit(ids, pa, None, sink) for ids, pa in checked]
-        while any(r not in results for r in rids):
-            self.step()
+        try:
+            while any(r not in results for r in rids):
+                self.step()
+        except BaseException:  # an interrupted or failed call leaves nothing behind
+            for r in rids:
+                self.abort(r)
+            raise
         return [results[r] for r in rids]
 
     def chat(self, conversations: list[list[dict[str, Any]]],
@@ -418,5 +426,18 @@ class LLMEngine:
                             self._worker = None
                             return  # idle: the next request starts a fresh worker
                 continue
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # any failure must end the streams, not hang them
+                self._fail_all(exc)
             time.sleep(0)  # let a generate() caller take the lock between steps
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step raised in the engine thread: every live request ends with finish_reason
+        "error" (a ChatStream raises ParleyError) and gives its blocks back; the engine stays
+        usable for new requests."""
+        log.exception("engine step failed; failing %d request(s)", len(self.requests))
+        with self._lock:
+            for req in list(self.requests.values()):
+                self._release(req)
+                req.finish("error", error=f"{type(exc).__name__}: {exc}")

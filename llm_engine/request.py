@@ -28,11 +28,11 @@ class Request:
     # finish() runs on the engine thread (stop, length) or on any thread (abort): exactly once
     _finish_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def finish(self, reason: str, extra: dict[str, float] | None = None) -> RequestOutput:
+    def finish(self, reason: str, extra: dict[str, float] | None = None, error: str | None = None) -> RequestOutput:
         with self._finish_lock:
             if self.output is not None:
                 return self.output
-            tail = self.detok.finish() if reason != "abort" else ""
+            tail = self.detok.finish() if reason not in ("abort", "error") else ""
             seq = self.seq
             seq.finish_reason = reason
             now = time.perf_counter()
@@ -42,7 +42,7 @@ class Request:
             p = seq.num_prompt_tokens
             self.output = RequestOutput(
                 seq.request_id, seq.token_ids[:p], seq.token_ids[p : p + self.num_emitted],
-                self.detok.text, reason, seq.num_cached_tokens, metrics,
+                self.detok.text, reason, seq.num_cached_tokens, metrics, error,
             )
         if self.sink is not None:
             self.sink(tail, self.output)

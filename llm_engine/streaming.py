@@ -8,7 +8,8 @@ Iteration ends with the final RequestOutput in `.output`. Leaving early aborts t
 (its KV blocks go back to the free list): `await stream.aclose()`, a cancelled consumer task,
 or breaking out of `async for` (the loop's iterator is a separate async generator, dropped at
 the break, whose finalizer aborts). Admission happens at construction when an event loop is
-running in the calling thread, else at the first `__anext__`.
+running in the calling thread, else at the first `__anext__`. A failure in the engine thread
+ends the stream with ParleyError (the output's finish_reason is "error").
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from llm_engine.outputs import RequestOutput
+from parley.errors import ParleyError
 
 Sink = Callable[[str, RequestOutput | None], None]
 
@@ -82,6 +84,8 @@ class ChatStream:
                 raise
             if final is not None:
                 self._done = True
+                if final.finish_reason == "error":
+                    raise ParleyError(f"request {self.request_id!r} failed in the engine: {final.error}")
             if delta:
                 return delta
         raise StopAsyncIteration

@@ -290,6 +290,8 @@ def test_sampled_distribution_through_the_step(model_dir):
         cfg = spec and SpeculativeConfig(method="draft", draft_model=str(model_dir), num_tokens=2, adaptive=False)
         eng = LLMEngine.from_pretrained(model_dir, speculative=cfg, num_blocks=1024, block_size=8,
                                         max_num_seqs=256, max_num_batched_tokens=8192)
+        if spec:  # draft at batch 256 too (the CPU policy drafts only into the batch's free rows)
+            eng._speculator().rows_per_pass = None
         torch.manual_seed(0 if spec is None else 1)
         outs = eng.generate([prompt] * 1024, p)
         counts[name] = [[o.token_ids[i] for o in outs] for i in (1, 2)]
@@ -303,3 +305,43 @@ def test_sampled_distribution_through_the_step(model_dir):
         keep = [j for j in range(len(vocab)) if table[0][j] + table[1][j] >= 10]  # chi-square needs mass
         assert len(keep) >= 3
         assert chi2_contingency([[row[j] for j in keep] for row in table]).pvalue > 1e-3
+
+
+def test_controller_backs_off_in_a_batch():
+    """The same per-row verify cost that pays at batch 1 does not pay at batch 4: a draft slows
+    the other three sequences' step too."""
+    from llm_engine.speculative.adaptive import AdaptiveDraftLength, StepCosts
+
+    costs = StepCosts(draft_per_token=0.0)
+    for rows in range(1, 9):
+        costs.observe_verify(rows - 1, 0.010 * (1 + 0.5 * (rows - 1)))
+    ctl = AdaptiveDraftLength(k_max=5, prior=0.6, probe_every=100)
+    assert ctl.next_k(0.0, lambda k: costs.step_relative(1, k)) >= 1
+    assert ctl.next_k(3.0, lambda k: costs.step_relative(4, k)) == 0
+
+
+def test_cpu_drafts_fill_only_the_batch_weight_pass(model_dir, alone):
+    """On the CPU a step streams the weights once per 8 rows: 8 decoding sequences leave no
+    row for a draft, 4 leave 4."""
+    eight = oracle_engine(model_dir, alone)
+    outs = eight.generate(PROMPTS * 2, GREEDY)
+    assert [o.token_ids for o in outs] == alone * 2 and eight.spec_metrics.drafted == 0
+    four = oracle_engine(model_dir, alone)
+    assert [o.token_ids for o in four.generate(PROMPTS, GREEDY)] == alone and four.spec_metrics.drafted > 0
+
+
+def test_a_failing_step_ends_streams_with_a_typed_error(model_dir):
+    from parley.errors import ParleyError
+
+    eng = engine(model_dir, "ngram")
+    real = eng.runner.run
+    eng.runner.run = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom"))
+
+    async def consume():
+        return [d async for d in eng.stream_chat(CHAT, GREEDY)]
+
+    with pytest.raises(ParleyError, match="boom"):
+        asyncio.run(consume())
+    assert eng.num_free_blocks == eng.num_blocks and not eng.has_unfinished()
+    eng.runner.run = real  # the engine keeps serving
+    assert len(eng.chat([CHAT], GREEDY)[0].token_ids) == GREEDY.max_tokens

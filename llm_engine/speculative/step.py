@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.cpu_gemv import MAX_ROWS
 from llm_engine.outputs import RequestOutput
 from llm_engine.sampling_params import SamplingParams
 from llm_engine.scheduler import ScheduledBatch, Scheduler
@@ -58,6 +59,10 @@ class StepSpeculator:
         self.costs = StepCosts(draft_per_token=0.0 if self.drafter.name == "ngram" else 0.05)
         self.metrics = SpecMetrics()
         self.seqs: dict[Sequence, _SeqState] = {}
+        # CPU: the matmul kernels stream the weights once per 8 rows (kernels.cpu_gemv.MAX_ROWS),
+        # so a step of 9 rows costs about two of 8: drafts only fill the rows the batch's own
+        # weight pass already pays for (7 at batch 1, 4 at batch 4, none at batch 8)
+        self.rows_per_pass = MAX_ROWS if engine.device.type == "cpu" else None
 
     def _load_draft(self, path: str) -> EngineTarget:
         """A draft model loads through the engine's own loader, format and cache size."""
@@ -88,9 +93,11 @@ class StepSpeculator:
         # blocks no plain step needs: a draft takes only these, so it never preempts anyone
         pool = bm.num_free_blocks - sum(bm.blocks_needed(s, len(s)) for s in running)
         tokens, rows = float(len(decoding)), len(decoding)
+        per = self.rows_per_pass
+        max_rows = None if per is None else -(-rows // per) * per
         for seq, st in tracked:
             cap = min(self.cfg.num_tokens, seq.params.max_tokens - seq.num_output_tokens - 1,
-                      eng.token_limit - len(seq) - 1)
+                      eng.token_limit - len(seq) - 1, (max_rows - rows) if max_rows else self.cfg.num_tokens)
             if cap <= 0:
                 continue
             if self.cfg.adaptive:
