@@ -58,6 +58,7 @@ class SpeechGate:
         self._context = np.zeros(CONTEXT, np.float32)
         self._rest = np.zeros(0, np.float32)  # the start of the current, unfinished window
         self.fed = 0  # samples fed since the gate was made (all turns)
+        self.kept_speech_upto = -1  # last feed: kept samples through its last speech chunk (-1: none)
         self.in_speech = False
         self.new_turn()
 
@@ -106,6 +107,7 @@ class SpeechGate:
         (and the model's state) stay aligned with the stream."""
         p_given = None if probs is None else check_speech_probs(probs, self.fed, len(samples))
         self.fed += len(samples)
+        self.kept_speech_upto = -1
         x = np.concatenate([self._rest, samples]) if len(self._rest) else samples
         n = len(x) // CHUNK * CHUNK
         self._rest = x[n:].copy()
@@ -131,6 +133,7 @@ class SpeechGate:
                 kept.extend(self._preroll)
                 self._preroll.clear()
                 kept.append(chunk)
+                self.kept_speech_upto = CHUNK * len(kept)
                 self._trailing = self._pad_chunks
                 continue
             self.in_speech = False
