@@ -48,6 +48,8 @@ def test_text_parts_and_developer_role_are_accepted():
     ({"temperature": float("nan")}, "temperature"),
     ({"top_p": 1.5}, "top_p"),
     ({"seed": 1.5}, "seed"),
+    ({"seed": 2**64}, "seed"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"stop": [""]}, "stop"),
     ({"stop": 5}, "stop"),
     ({"n": 3}, "n"),
