@@ -120,3 +120,10 @@ def test_loopback_and_the_api_key_rule():
                 {"shutdown_timeout_s": -1}):
         with pytest.raises(ValueError):
             ServerConfig(**bad)
+
+
+def test_the_cli_refuses_an_open_bind_without_a_key_before_loading(capsys):
+    from pipeline.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "requires an API key" in capsys.readouterr().err
