@@ -1,6 +1,6 @@
 """`parley serve` under concurrent load, and the same load in-process (no HTTP) beside it.
 
-    python -m benchmarks.serve_load [--clients 1,8,32] [--requests-per-client 2] [--max-tokens 32]
+    python -m benchmarks.serve_load [--clients 1,8,32] [--requests-per-client 2] [--max-tokens 32] [--repeats 1]
                                     [--weight-format fp32] [--speculative none] [--server process|thread]
                                     [--json out.json]
 
@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -143,7 +144,7 @@ async def run_level(send, clients: int, requests: int, convs, max_tokens: int) -
 
 def start_server_process(args) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "pipeline.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-           "--max-num-seqs", str(max(args.clients)), "--max-queue", str(4 * max(args.clients)),
+           "--max-num-seqs", str(args.max_num_seqs), "--max-queue", str(4 * max(args.clients)),
            "--weight-format", args.weight_format, "--speculative", args.speculative, "--threads", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=Path(__file__).resolve().parents[1])
@@ -213,23 +214,41 @@ async def bench(args, engine) -> dict[str, Any]:
 
         for send in (http_send, inproc_send):  # warm-up: kernels, caches, the engine thread
             await run_level(send, 1, 1, convs, 4)
-        for clients in args.clients:
-            requests = max(args.min_requests, clients * args.requests_per_client)
-            for mode, send, blocks in (("http", http_send, server_blocks), ("inproc", inproc_send, engine_blocks)):
-                trace, wall = await run_level(send, clients, requests, convs, args.max_tokens)
-                row = trace.summary(clients, requests, wall)
-                row["mode"] = mode
-                row["free_blocks_after"], row["total_blocks"] = await idle_blocks(blocks)
-                levels.append(row)
-                print(json.dumps(row), flush=True)
+        for rep in range(args.repeats):
+            for clients in args.clients:
+                requests = max(args.min_requests, clients * args.requests_per_client)
+                modes = (("http", http_send, server_blocks), ("inproc", inproc_send, engine_blocks))
+                for mode, send, blocks in modes if rep % 2 == 0 else modes[::-1]:
+                    trace, wall = await run_level(send, clients, requests, convs, args.max_tokens)
+                    row = {"mode": mode, "repeat": rep, **trace.summary(clients, requests, wall)}
+                    row["free_blocks_after"], row["total_blocks"] = await idle_blocks(blocks)
+                    levels.append(row)
+                    print(json.dumps(row), flush=True)
     exit_code = stop_server_process(proc) if proc is not None else (thread.stop() or 0)
     return {"levels": levels, "server_exit_code": exit_code}
 
 
-def verdict(levels: list[dict[str, Any]], clients: list[int]) -> dict[str, Any]:
-    by = {(r["mode"], r["clients"]): r for r in levels}
-    out: dict[str, Any] = {"errors": sum(r["errors"] for r in levels),
-                           "blocks_back_to_idle": all(r["free_blocks_after"] == r["total_blocks"] for r in levels)}
+def summarize(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (mode, clients): medians over the repeats of each figure, errors summed, and whether
+    every repeat ended with all blocks free."""
+    keys = ("aggregate_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99")
+    out = []
+    for mode, clients in dict.fromkeys((r["mode"], r["clients"]) for r in levels):
+        rows = [r for r in levels if r["mode"] == mode and r["clients"] == clients]
+        row = {"mode": mode, "clients": clients, "repeats": len(rows),
+               "requests_each": rows[0]["requests"], "errors": sum(r["errors"] for r in rows),
+               "blocks_back_to_idle": all(r["free_blocks_after"] == r["total_blocks"] for r in rows)}
+        for k in keys:
+            vals = [r[k] for r in rows if r[k] is not None]
+            row[k] = round(statistics.median(vals), 2) if vals else None
+        out.append(row)
+    return out
+
+
+def verdict(summary: list[dict[str, Any]], clients: list[int]) -> dict[str, Any]:
+    by = {(r["mode"], r["clients"]): r for r in summary}
+    out: dict[str, Any] = {"errors": sum(r["errors"] for r in summary),
+                           "blocks_back_to_idle": all(r["blocks_back_to_idle"] for r in summary)}
     one = by.get(("http", 1))
     for c in clients:
         h, p = by[("http", c)], by[("inproc", c)]
@@ -242,6 +261,7 @@ def verdict(levels: list[dict[str, Any]], clients: list[int]) -> dict[str, Any]:
     if 8 in clients:
         out["target_http_ge_0.9x_inproc_at_8"] = out["http_over_inproc_at_8"] >= 0.9
     out["target_zero_errors"] = out["errors"] == 0
+    out["target_blocks_idle"] = out["blocks_back_to_idle"]
     return out
 
 
@@ -249,12 +269,16 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", default="1,8,32", help="comma-separated concurrent client counts")
     p.add_argument("--requests-per-client", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every level this many times (HTTP and in-process alternating first); medians reported")
     p.add_argument("--min-requests", type=int, default=8, help="at least this many requests per level")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per reply (exactly: ignore_eos)")
     p.add_argument("--weight-format", choices=("fp32", "bf16", "int8"), default="fp32")
     p.add_argument("--speculative", choices=("auto", "head", "ngram", "none"), default="none",
                    help="the server's speculation (and the in-process engine's); 'none' by default so "
                         "the batching measured is plain decoding")
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help="sequences one engine step batches (server and in-process); default: the largest --clients")
     p.add_argument("--server", choices=("process", "thread"), default="process")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -262,8 +286,9 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
         args.clients = sorted({int(c) for c in args.clients.split(",")})
     except ValueError:
         p.error(f"--clients must be comma-separated integers, got {args.clients!r}")
-    if not args.clients or min(args.clients) < 1 or args.max_tokens < 2 or args.requests_per_client < 1:
-        p.error("need client counts >= 1, --max-tokens >= 2 and --requests-per-client >= 1")
+    args.max_num_seqs = args.max_num_seqs or max(args.clients)
+    if not args.clients or min(args.clients) < 1 or args.max_tokens < 2 or args.requests_per_client < 1 or args.repeats < 1:
+        p.error("need client counts >= 1, --max-tokens >= 2, --requests-per-client and --repeats >= 1")
     return args
 
 
@@ -277,11 +302,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> dict[str, An
 
         spec = SpeculativeConfig(method=args.speculative)
     engine = LLMEngine.from_pretrained(speculative=spec, weight_format=args.weight_format, num_threads=1,
-                                       max_num_seqs=max(args.clients))
+                                       max_num_seqs=args.max_num_seqs)
     result = asyncio.run(bench(args, engine))
-    result["verdict"] = verdict(result["levels"], args.clients)
+    result["summary"] = summarize(result["levels"])
+    result["verdict"] = verdict(result["summary"], args.clients)
     result["config"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     result["machine"] = {"cpu": _cpu_name(), "cores": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
+    for row in result["summary"]:
+        print(json.dumps(row))
     print(json.dumps(result["verdict"], indent=1))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

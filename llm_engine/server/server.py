@@ -36,8 +36,13 @@ async def serve(engine: Any, config: ServerConfig, *, stop: asyncio.Event | None
         await site.start()
         port = runner.addresses[0][1]
         if threading.current_thread() is threading.main_thread():
+            def on_signal() -> None:  # the first signal drains; a second one cuts what is left now
+                if stop.is_set():
+                    app[GATEWAY].cut_all()
+                stop.set()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
                 signals.append(sig)
         log.info("serving %s on http://%s:%d", config.model_name, config.host, port)
         if on_ready is not None:

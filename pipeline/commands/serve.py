@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 SPECULATIVE = ("auto", "head", "ngram", "none")
@@ -54,6 +55,11 @@ def run(args) -> int:
     def ready(port: int) -> None:
         print(f"parley serve: {name} on http://{config.host}:{port}/v1", flush=True)
 
-    cut = asyncio.run(serve(engine, config, on_ready=ready))
+    try:
+        cut = asyncio.run(serve(engine, config, on_ready=ready))
+    except OSError as e:  # the port is taken, the address is not ours: one line, not a traceback
+        print(f"parley serve: error: cannot listen on {config.host}:{config.port}: {e.strerror or e}",
+              file=sys.stderr)
+        return 2
     print(f"parley serve: stopped ({cut} requests cut short)", flush=True)
     return 0
