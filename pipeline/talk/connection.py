@@ -59,6 +59,7 @@ class Connection:
                 await sender
             if self.handle is not None:
                 await self.handle.aclose()
+            log.info("talk: session ended (%d frames in, %d out)", self.frames_in, self.frames_out)
 
     async def _receive_hello(self) -> None:
         try:

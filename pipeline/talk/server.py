@@ -73,7 +73,6 @@ class TalkServer:
         self._reserved = 0  # admitted connections (each holds one session slot)
         self._idle = asyncio.Event()
         self._idle.set()
-        self.connections_served = 0
 
     @property
     def port(self) -> int:
@@ -151,7 +150,6 @@ class TalkServer:
         self._reserved += 1
         self._idle.clear()
         self._sockets.add(ws)
-        self.connections_served += 1
         try:
             await Connection(ws, cfg, self._factory).run()
         finally:
