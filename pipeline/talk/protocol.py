@@ -100,7 +100,7 @@ def decode_audio(data: bytes, max_bytes: int) -> np.ndarray:
         raise ProtocolError(CLOSE_BAD_MESSAGE, "empty audio frame")
     if len(data) % 2:
         raise ProtocolError(CLOSE_BAD_MESSAGE, f"audio frame of {len(data)} bytes: PCM16 frames have an even length")
-    return np.frombuffer(data, dtype="<i2").astype(np.int16, copy=False)
+    return np.frombuffer(data, dtype="<i2").astype(np.int16)  # a writable copy the session may keep
 
 
 def encode_audio(pcm: np.ndarray) -> bytes:
