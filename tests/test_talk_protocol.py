@@ -168,7 +168,7 @@ def test_outbox_interrupt_drops_queued_audio_and_backlog_overflows():
             box.put_audio(b"\3\3")
         assert await box.get() is SLOW
         box.close()
-        assert await box.get() is SLOW  # overflow wins: the sender closes with 4429
+        assert await box.get() is SLOW  # overflow wins: the sender closes with 4409
 
     asyncio.run(run())
 

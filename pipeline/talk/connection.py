@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,8 @@ class Connection:
         self._resamplers: dict[int, Resampler] = {}
         self.handle: SessionHandle | None = None
         self.frames_in = 0
+        self._credit_s = config.max_audio_burst_s  # audio the client may still send ahead of the clock
+        self._credit_t = time.monotonic()
         self.frames_out = 0
 
     async def run(self) -> None:
@@ -77,6 +80,7 @@ class Connection:
         async for msg in self._ws:
             if msg.type == WSMsgType.BINARY:
                 pcm = P.decode_audio(msg.data, self._config.max_frame_bytes)
+                self._meter(len(pcm) / P.INPUT_RATE)
                 try:
                     handle.push_audio(pcm, P.INPUT_RATE)
                 except AudioFormatError as e:
@@ -89,6 +93,16 @@ class Connection:
                 raise P.ProtocolError(P.CLOSE_BAD_MESSAGE, f'unknown message type "{kind[:40]}"')
             elif msg.type == WSMsgType.ERROR:  # the transport's own limit or a broken frame
                 raise P.ProtocolError(P.CLOSE_BAD_MESSAGE, f"websocket error: {self._ws.exception()}")
+
+    def _meter(self, seconds: float) -> None:
+        cfg = self._config
+        now = time.monotonic()
+        self._credit_s = min(cfg.max_audio_burst_s,
+                             self._credit_s + (now - self._credit_t) * cfg.max_audio_speed) - seconds
+        self._credit_t = now
+        if self._credit_s < 0:
+            raise P.ProtocolError(P.CLOSE_AUDIO_FLOOD,
+                                  f"audio faster than real time: over {cfg.max_audio_burst_s:g} s ahead of the clock")
 
     async def _send_loop(self) -> None:
         while True:
