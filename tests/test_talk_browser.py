@@ -56,6 +56,7 @@ class ServerThread:
 
 
 FINAL = "const u = document.querySelector('.turn[data-turn=\"{turn}\"] .utt.final'); return u && u.textContent"
+COLOR = "const u = document.querySelector('.utt.{kind}'); return u && getComputedStyle(u).color"
 BAR = ("const r = document.querySelector('.turn[data-turn=\"{turn}\"] svg.budget rect.bar-perceived');"
        " return r && r.getAttribute('width')")
 
@@ -110,7 +111,9 @@ def test_browser_talks_to_the_server(tmp_path):
         try:
             driver.get(server.url())
             driver.find_element("id", "talk").click()
+            interim = _wait(driver, COLOR.format(kind="interim"), 15, "an interim transcript")
             final = _wait(driver, FINAL.format(turn=1), 25, "the question's final transcript")
+            final_color = driver.execute_script(COLOR.format(kind="final"))
             _wait(driver, "return window.parleyStats.framesPlayed >= 10", 10, "agent audio to play")
             width = float(_wait(driver, BAR.format(turn=1), 5, "the perceived-latency bar"))
             reply = driver.find_element("css selector", '.turn[data-turn="1"] .reply').text
@@ -130,6 +133,7 @@ def test_browser_talks_to_the_server(tmp_path):
     # audio (correlation 0.7-0.9 with the file; 1.00 with it off), so Whisper tiny may miss
     # a word: WER, not equality.
     assert [final, remark] == heard_texts[:2]
+    assert (interim, final_color) == ("rgb(158, 158, 158)", "rgb(0, 0, 0)")  # interim grey, final black
     assert _wer(QUESTION, final) <= 0.3, final
     assert _wer(REMARK, remark) <= 0.5, remark
     assert reply.startswith("You said:"), reply
