@@ -34,12 +34,13 @@ class Connection:
         self._resamplers: dict[int, Resampler] = {}
         self.handle: SessionHandle | None = None
         self.frames_in = 0
+        self.frames_out = 0
         self._credit_s = config.max_audio_burst_s  # audio the client may still send ahead of the clock
         self._credit_t = time.monotonic()
-        self.frames_out = 0
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop(), name="talk-sender")
+        close: tuple[int, str] | None = None
         try:
             self._outbox.put_text(P.encode_event(P.server_hello(self._config.output_rate,
                                                                  self._config.max_frame_bytes)))
@@ -51,11 +52,12 @@ class Connection:
             await self._receive_loop(self.handle)
         except P.ProtocolError as e:
             log.info("talk: closing a connection: %s %s", e.code, e.reason)
-            await self._close(e.code, e.reason)
+            close = e.code, e.reason
         except Exception as e:  # a session bug ends this connection (1011), not the server
             log.exception("talk: session error")
-            await self._close(P.CLOSE_INTERNAL, f"internal error: {type(e).__name__}")
+            close = P.CLOSE_INTERNAL, f"internal error: {type(e).__name__}"
         finally:
+            # The session ends first: the close handshake may wait on a client that never answers.
             self._outbox.close()
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -63,6 +65,8 @@ class Connection:
             if self.handle is not None:
                 await self.handle.aclose()
             log.info("talk: session ended (%d frames in, %d out)", self.frames_in, self.frames_out)
+        if close is not None:
+            await self._close(*close)
 
     async def _receive_hello(self) -> None:
         try:

@@ -139,8 +139,9 @@ class TalkServer:
         cfg = self.config
         # The transport's own cap sits above ours, so an oversized frame reaches our check
         # and gets a reason; only frames beyond twice it are cut by aiohttp (1009, no reason).
+        # A close handshake waits at most 2 s for a client that does not answer it.
         ws = web.WebSocketResponse(max_msg_size=2 * max(cfg.max_frame_bytes, cfg.max_text_bytes),
-                                   heartbeat=cfg.heartbeat_s, compress=False)
+                                   heartbeat=cfg.heartbeat_s, compress=False, timeout=2.0)
         await ws.prepare(request)
         try:
             self._admit(request)
