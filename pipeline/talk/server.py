@@ -73,6 +73,7 @@ class TalkServer:
         self._reserved = 0  # admitted connections (each holds one session slot)
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stopping = False
 
     @property
     def port(self) -> int:
@@ -103,6 +104,7 @@ class TalkServer:
         self._port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
 
     async def stop(self) -> None:
+        self._stopping = True  # a socket arriving from here on is turned away, not left open
         for ws in list(self._sockets):
             await ws.close(code=P.CLOSE_GOING_AWAY, message=b"server shutting down")
         await self._idle.wait()
@@ -127,6 +129,8 @@ class TalkServer:
         return web.Response(body=body, headers={**_HEADERS, "Content-Type": ctype})
 
     def _admit(self, request: web.Request) -> None:
+        if self._stopping:
+            raise P.ProtocolError(P.CLOSE_GOING_AWAY, "server shutting down")
         if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.config):
             raise P.ProtocolError(P.CLOSE_FORBIDDEN_ORIGIN, "origin not allowed: open the page from this server")
         if not token_ok(request.query.get("token"), self.config):
