@@ -93,6 +93,7 @@ class TalkServer:
         return f"http://{h}:{self.port}/{fragment}"
 
     async def start(self) -> None:
+        self._stopping = False
         app = web.Application()
         for path in PAGE_FILES:
             app.router.add_get(path, self._page)
