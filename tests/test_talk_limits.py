@@ -67,6 +67,20 @@ async def test_bad_messages_close_that_connection_and_no_other(message, code, wo
         await good.close()
 
 
+async def test_audio_far_faster_than_real_time_is_cut_off():
+    factory = FakeSessionFactory()
+    async with TalkServer(TalkConfig(port=0, max_audio_burst_s=2.0), factory) as server:
+        ws, _ = await open_client(server.port)
+        await send_speech(ws, np.zeros(16_000, np.float32))  # 1 s at once: within the burst
+        await asyncio.sleep(0.3)
+        assert server.active_sessions == 1
+        await send_speech(ws, np.zeros(3 * 16_000, np.float32))  # 3 s more at once: 1.6 s over
+        code, reason = await close_of(ws)
+        assert code == P.CLOSE_AUDIO_FLOOD and "faster than real time" in reason
+    heard = sum(len(x) for x in factory.sessions[0].received) / 16_000
+    assert 2.0 <= heard < 3.5  # what the credit allowed (2 s + 2x the time it took), not all 4 s
+
+
 async def test_frames_far_over_the_limit_are_cut_by_the_transport():
     async with TalkServer(TalkConfig(port=0), FakeSessionFactory()) as server:
         code, _ = await expect_close(server.port, send=b"\0" * 100_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -91,7 +92,7 @@ async def test_speaking_over_the_agent_interrupts_it():
 async def test_abrupt_disconnect_mid_reply_closes_the_session_and_leaves_no_task():
     factory = FakeSessionFactory(FakeSessionConfig(reply_s=5.0))
     async with TalkServer(TalkConfig(port=0), factory) as server:
-        before = asyncio.all_tasks()
+        before, threads = asyncio.all_tasks(), set(threading.enumerate())
         ws, _ = await open_client(server.port)
         await send_speech(ws, question())
         await collect_until(ws, lambda g: len(g.frames) >= 2)  # the reply is playing
@@ -106,6 +107,7 @@ async def test_abrupt_disconnect_mid_reply_closes_the_session_and_leaves_no_task
                 break
             await asyncio.sleep(0.02)
         assert not left, left
+        assert set(threading.enumerate()) <= threads
         frames = session.frames_sent
         await asyncio.sleep(0.1)
         assert session.frames_sent == frames  # nothing is still producing audio
@@ -166,7 +168,7 @@ def test_outbox_interrupt_drops_queued_audio_and_backlog_overflows():
             box.put_audio(b"\3\3")
         assert await box.get() is SLOW
         box.close()
-        assert await box.get() is SLOW  # overflow wins: the sender closes with 4429
+        assert await box.get() is SLOW  # overflow wins: the sender closes with 4409
 
     asyncio.run(run())
 

@@ -19,6 +19,7 @@
 
   let ws = null, ctx = null, micStream = null, capture = null, playGain = null, analyser = null;
   let ready = false, playHead = 0, meterTimer = null;
+  let sessionNo = 0; // turns restart at 1 in each session: blocks are keyed by both
   const playing = new Set();
 
   function token() {
@@ -40,10 +41,12 @@
   // -- turns: one block per turn with the user's words, the reply and the budget chart ---
 
   function turnBlock(turn) {
-    let block = document.querySelector(`.turn[data-turn="${turn}"]`);
+    const key = `${sessionNo}:${turn}`;
+    let block = document.querySelector(`.turn[data-key="${key}"]`);
     if (block) return block;
     block = document.createElement("article");
     block.className = "turn";
+    block.dataset.key = key;
     block.dataset.turn = String(turn);
     block.innerHTML = '<p class="user"><span class="who">You</span> <span class="utt interim"></span></p>' +
       '<p class="agent"><span class="who">Parley</span> <span class="reply"></span></p>';
@@ -151,6 +154,7 @@
   }
 
   function connect() {
+    sessionNo++;
     const t = token();
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     ws = new WebSocket(`${proto}//${location.host}/ws` + (t ? `?token=${encodeURIComponent(t)}` : ""));

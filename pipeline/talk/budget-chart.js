@@ -24,7 +24,8 @@
     const perceived = typeof budget.perceived_ms === "number" ? budget.perceived_ms : null;
     const values = [limit, perceived || 0];
     for (const s of stages) values.push(s.ms || 0, s.allotment_ms || 0);
-    const scale = BAR / (1.1 * Math.max(...values));
+    // One scale for every turn up to twice the budget, so the budget line stays put as turns stack up.
+    const scale = BAR / Math.max(2 * limit, 1.1 * Math.max(...values));
     const height = TOP + ROW * (stages.length + 1) + 16;
     svg.setAttribute("viewBox", `0 0 ${W} ${height}`);
     svg.setAttribute("width", W);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,12 @@ class Connection:
         self.handle: SessionHandle | None = None
         self.frames_in = 0
         self.frames_out = 0
+        self._credit_s = config.max_audio_burst_s  # audio the client may still send ahead of the clock
+        self._credit_t = time.monotonic()
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop(), name="talk-sender")
+        close: tuple[int, str] | None = None
         try:
             self._outbox.put_text(P.encode_event(P.server_hello(self._config.output_rate,
                                                                  self._config.max_frame_bytes)))
@@ -48,17 +52,21 @@ class Connection:
             await self._receive_loop(self.handle)
         except P.ProtocolError as e:
             log.info("talk: closing a connection: %s %s", e.code, e.reason)
-            await self._close(e.code, e.reason)
+            close = e.code, e.reason
         except Exception as e:  # a session bug ends this connection (1011), not the server
             log.exception("talk: session error")
-            await self._close(P.CLOSE_INTERNAL, f"internal error: {type(e).__name__}")
+            close = P.CLOSE_INTERNAL, f"internal error: {type(e).__name__}"
         finally:
+            # The session ends first: the close handshake may wait on a client that never answers.
             self._outbox.close()
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sender
             if self.handle is not None:
                 await self.handle.aclose()
+            log.info("talk: session ended (%d frames in, %d out)", self.frames_in, self.frames_out)
+        if close is not None:
+            await self._close(*close)
 
     async def _receive_hello(self) -> None:
         try:
@@ -76,6 +84,7 @@ class Connection:
         async for msg in self._ws:
             if msg.type == WSMsgType.BINARY:
                 pcm = P.decode_audio(msg.data, self._config.max_frame_bytes)
+                self._meter(len(pcm) / P.INPUT_RATE)
                 try:
                     handle.push_audio(pcm, P.INPUT_RATE)
                 except AudioFormatError as e:
@@ -88,6 +97,16 @@ class Connection:
                 raise P.ProtocolError(P.CLOSE_BAD_MESSAGE, f'unknown message type "{kind[:40]}"')
             elif msg.type == WSMsgType.ERROR:  # the transport's own limit or a broken frame
                 raise P.ProtocolError(P.CLOSE_BAD_MESSAGE, f"websocket error: {self._ws.exception()}")
+
+    def _meter(self, seconds: float) -> None:
+        cfg = self._config
+        now = time.monotonic()
+        self._credit_s = min(cfg.max_audio_burst_s,
+                             self._credit_s + (now - self._credit_t) * cfg.max_audio_speed) - seconds
+        self._credit_t = now
+        if self._credit_s < 0:
+            raise P.ProtocolError(P.CLOSE_AUDIO_FLOOD,
+                                  f"audio faster than real time: over {cfg.max_audio_burst_s:g} s ahead of the clock")
 
     async def _send_loop(self) -> None:
         while True:

@@ -32,7 +32,8 @@ CLOSE_BAD_MESSAGE = 4400  # malformed JSON, unknown type, audio before hello, od
 CLOSE_UNAUTHORIZED = 4401  # token missing or wrong
 CLOSE_FORBIDDEN_ORIGIN = 4403  # a page from another origin
 CLOSE_HELLO_TIMEOUT = 4408  # no hello in time
-CLOSE_SLOW_CLIENT = 4429  # the client stopped reading agent audio
+CLOSE_SLOW_CLIENT = 4409  # the client stopped reading agent audio
+CLOSE_AUDIO_FLOOD = 4429  # microphone audio far faster than real time
 CLOSE_UNSUPPORTED_FORMAT = 4415  # a sample rate, encoding or channel count other than ours
 
 
@@ -100,7 +101,7 @@ def decode_audio(data: bytes, max_bytes: int) -> np.ndarray:
         raise ProtocolError(CLOSE_BAD_MESSAGE, "empty audio frame")
     if len(data) % 2:
         raise ProtocolError(CLOSE_BAD_MESSAGE, f"audio frame of {len(data)} bytes: PCM16 frames have an even length")
-    return np.frombuffer(data, dtype="<i2").astype(np.int16, copy=False)
+    return np.frombuffer(data, dtype="<i2").astype(np.int16)  # a writable copy the session may keep
 
 
 def encode_audio(pcm: np.ndarray) -> bytes:

@@ -73,7 +73,7 @@ class TalkServer:
         self._reserved = 0  # admitted connections (each holds one session slot)
         self._idle = asyncio.Event()
         self._idle.set()
-        self.connections_served = 0
+        self._stopping = False
 
     @property
     def port(self) -> int:
@@ -93,6 +93,7 @@ class TalkServer:
         return f"http://{h}:{self.port}/{fragment}"
 
     async def start(self) -> None:
+        self._stopping = False
         app = web.Application()
         for path in PAGE_FILES:
             app.router.add_get(path, self._page)
@@ -104,6 +105,7 @@ class TalkServer:
         self._port = int(self._runner.addresses[0][1])  # the real one when config.port is 0
 
     async def stop(self) -> None:
+        self._stopping = True  # a socket arriving from here on is turned away, not left open
         for ws in list(self._sockets):
             await ws.close(code=P.CLOSE_GOING_AWAY, message=b"server shutting down")
         await self._idle.wait()
@@ -128,6 +130,8 @@ class TalkServer:
         return web.Response(body=body, headers={**_HEADERS, "Content-Type": ctype})
 
     def _admit(self, request: web.Request) -> None:
+        if self._stopping:
+            raise P.ProtocolError(P.CLOSE_GOING_AWAY, "server shutting down")
         if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), self.config):
             raise P.ProtocolError(P.CLOSE_FORBIDDEN_ORIGIN, "origin not allowed: open the page from this server")
         if not token_ok(request.query.get("token"), self.config):
@@ -140,8 +144,9 @@ class TalkServer:
         cfg = self.config
         # The transport's own cap sits above ours, so an oversized frame reaches our check
         # and gets a reason; only frames beyond twice it are cut by aiohttp (1009, no reason).
+        # A close handshake waits at most 2 s for a client that does not answer it.
         ws = web.WebSocketResponse(max_msg_size=2 * max(cfg.max_frame_bytes, cfg.max_text_bytes),
-                                   heartbeat=cfg.heartbeat_s, compress=False)
+                                   heartbeat=cfg.heartbeat_s, compress=False, timeout=2.0)
         await ws.prepare(request)
         try:
             self._admit(request)
@@ -151,7 +156,6 @@ class TalkServer:
         self._reserved += 1
         self._idle.clear()
         self._sockets.add(ws)
-        self.connections_served += 1
         try:
             await Connection(ws, cfg, self._factory).run()
         finally:
