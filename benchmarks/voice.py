@@ -118,17 +118,17 @@ async def replay(factory: SessionFactory, clips: Sequence[VoiceClip], opts: Repl
     try:
         for k, clip in enumerate(clips):
             tl = rec.timeline = Timeline(t0)
-            how: list[str] = []
+            meta: dict = {"end": None}
 
-            def stop(now, clip=clip, tl=tl, how=how) -> bool:
-                end = _finished(clip, tl, rec, opts, now)
-                how.append(end or "")
-                return end is not None
+            def stop(now, clip=clip, tl=tl, meta=meta) -> bool:
+                meta["end"] = _finished(clip, tl, rec, opts, now)
+                return meta["end"] is not None
 
             lag = await _push_until(handle, tl, clip.audio, stop)
             gap_end = time.monotonic() + opts.gap_s
             lag = max(lag, await _push_until(handle, tl, np.zeros(0, np.float32), lambda now, e=gap_end: now >= e))
-            out.append((tl, {"end": how[-1], "push_lag_ms": round(1000 * lag, 1)}))
+            meta["push_lag_ms"] = round(1000 * lag, 1)
+            out.append((tl, meta))
             t0 = tl.t0 + tl.user_samples / ENGINE_RATE
             if on_turn is not None:
                 on_turn(k, clip, tl)
