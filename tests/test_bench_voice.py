@@ -171,12 +171,13 @@ def test_the_cli_runs_it_and_prints_the_table(tmp_path, monkeypatch, capsys):
 
     def makers(config, compare):
         seen.update(config=config, compare=compare)
-        return _fake(reply_delay_s=0.3, transcripts=("what time is it",))
+        return _fake(reply_delay_s=0.3, transcripts=("what time is it",), greeting_s=0.4)
 
     monkeypatch.setattr(voice, "session_makers", makers)
     out = tmp_path / "out"
     assert cli.main(["bench", "voice", "--data", str(data), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
+    # the agent's greeting plays out before the first clip: no false cutoff
     assert "| p50 |" in printed and "| false cutoffs | 0 (0%) |" in printed
     assert seen == {"config": None, "compare": []} and (out / "a-complete.wav").exists()
     assert cli.main(["bench", "voice", "--data", str(tmp_path / "missing"), "--out", str(out)]) == 2
