@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -14,7 +15,7 @@ from parley.audio import AudioFrame, validate_audio
 from stt.config import TranscriberConfig
 from stt.decoder import SAMPLE_RATE, WhisperDecoder
 from stt.events import TranscriptEvent
-from stt.speech_gate import SpeechGate
+from stt.speech_gate import SpeechGate, check_speech_probs
 from stt.utterance import Utterance
 
 
@@ -28,7 +29,9 @@ class StreamingTranscriber:
         self._gate = SpeechGate(self.config.vad_threshold, self.config.vad_neg_threshold,
                                 self.config.speech_pad_s)
         self._cond = threading.Condition()
-        self._inbox: list[tuple[np.ndarray, float, float]] = []  # (samples, stream t0, wall)
+        self._inbox: list[tuple[np.ndarray, float, float, np.ndarray | None]] = []  # (samples, t0, wall, probs)
+        self._dropped: list[tuple[np.ndarray, float, float, np.ndarray | None]] = []  # reset: gate only
+        self._pushed = 0  # 16 kHz samples ever pushed: the VAD windows count from the first
         self._outbox: list[TranscriptEvent] = []
         self._flush: tuple[Future, float] | None = None
         self._reset_to: int | None = None
@@ -43,8 +46,15 @@ class StreamingTranscriber:
         self._thread.start()
 
     # -- caller side ----------------------------------------------------------------------
-    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE) -> list[TranscriptEvent]:
-        """Queue audio (any size; other rates / stereo converted). Returns events ready now."""
+    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE, *,
+             speech_probs: Sequence[float] | None = None) -> list[TranscriptEvent]:
+        """Queue audio (any size; other rates / stereo converted). Returns events ready now.
+
+        `speech_probs`: the session's VAD probabilities, one per 512-sample 16 kHz window this
+        push completes, windows counted over everything ever pushed here (reset and flush do
+        not move them; other rates count after conversion). The speech gate then uses them
+        instead of its own Silero model. A wrong count raises AudioFormatError (a ValueError)
+        and queues nothing."""
         if isinstance(audio, AudioFrame):
             samples = validate_audio(audio.samples, audio.sample_rate)
             t0 = audio.timestamp_s
@@ -53,9 +63,11 @@ class StreamingTranscriber:
             t0 = None
         with self._cond:
             self._raise_if_failed()
+            probs = None if speech_probs is None else check_speech_probs(speech_probs, self._pushed, len(samples))
+            self._pushed += len(samples)
             t0 = self._clock if t0 is None else t0
             self._clock = t0 + len(samples) / SAMPLE_RATE
-            self._inbox.append((samples, t0, time.perf_counter()))
+            self._inbox.append((samples, t0, time.perf_counter(), probs))
             self._cond.notify_all()
             return self._take_events()
 
@@ -88,6 +100,7 @@ class StreamingTranscriber:
     def reset(self) -> None:
         """Drop the current turn (queued audio, pending events and a pending flush)."""
         with self._cond:
+            self._dropped.extend(self._inbox)  # the gate still sees it: windows stay aligned
             self._inbox.clear()
             self._outbox.clear()
             if self._flush is not None:
@@ -140,7 +153,7 @@ class StreamingTranscriber:
         with self._cond:
             self._busy = False
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._closed or self._inbox or self._flush is not None
+            self._cond.wait_for(lambda: self._closed or self._inbox or self._dropped or self._flush is not None
                                 or self._reset_to is not None or self._utt.should_decode())
             if self._closed:
                 return False
@@ -148,11 +161,14 @@ class StreamingTranscriber:
             if self._reset_to is not None:
                 self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, self._reset_to)
                 self._reset_to = None
+            dropped, self._dropped = self._dropped, []
             chunks, self._inbox = self._inbox, []
             flush, turn = self._flush, self._utt.turn
             self._utt.prompt = self._prompt
-        for samples, t0, wall in chunks:
-            self._utt.ingest(samples, t0, wall)
+        for samples, _t0, _wall, probs in dropped:
+            self._gate.feed(samples, probs, keep=False)
+        for samples, t0, wall, probs in chunks:
+            self._utt.ingest(samples, t0, wall, probs)
         if flush is not None:
             event = self._utt.finalize(flush[1])
             self._finish_turn(flush, event)

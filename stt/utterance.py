@@ -19,7 +19,7 @@ class Utterance:
                  prompt: str = "", turn: int = 0) -> None:
         self.config, self.decoder, self.gate = config, decoder, gate
         self.prompt, self.turn = prompt, turn
-        gate.reset()
+        gate.new_turn()
         self.pieces: list[np.ndarray] = []
         self.n = 0  # samples in the buffer
         self.start = 0  # buffer sample where the next decode starts
@@ -32,9 +32,9 @@ class Utterance:
         self.preflight_text = ""
 
     # -- audio in -----------------------------------------------------------------------
-    def ingest(self, samples: np.ndarray, stream_t0: float, wall: float) -> None:
+    def ingest(self, samples: np.ndarray, stream_t0: float, wall: float, probs: np.ndarray | None = None) -> None:
         self.stream_s, self.push_wall = stream_t0 + len(samples) / SAMPLE_RATE, wall
-        kept = self.gate.feed(samples)
+        kept = self.gate.feed(samples, probs)
         if not kept:
             return
         total = sum(len(k) for k in kept)

@@ -144,10 +144,10 @@ class OpenGate:
 
     pending_samples = 0
 
-    def reset(self) -> None:
+    def new_turn(self) -> None:
         self.in_speech, self.silence_s = True, 0.0
 
-    def feed(self, samples: np.ndarray) -> list[np.ndarray]:
+    def feed(self, samples: np.ndarray, probs=None) -> list[np.ndarray]:
         return [samples]
 
 

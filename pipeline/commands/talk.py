@@ -1,0 +1,46 @@
+"""`parley talk [--host 127.0.0.1] [--port 8765] [--token T] [--max-sessions N] [--open]`:
+talk to the agent in a browser page, with no LiveKit server (pipeline/talk/)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import webbrowser
+
+from parley.errors import ParleyError
+from pipeline.talk import TalkConfig, TalkServer, serve
+
+
+def run(args) -> int:
+    # Checked before any model loads: a public host without a token never starts.
+    config = TalkConfig(host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions)
+    # The voice session is imported here, not at module level: `parley -h` stays light.
+    try:
+        from pipeline.session import SessionConfig, session_factory
+    except ModuleNotFoundError as e:
+        if e.name != "pipeline.session":
+            raise
+        raise ParleyError("the voice session (pipeline/session.py) is not part of this build") from e
+
+    factory = session_factory(SessionConfig.from_args(args))
+
+    def ready(server: TalkServer) -> None:
+        url = server.url()
+        print(f"parley talk: open {url} and press 'Start talking' (Ctrl-C stops)", file=sys.stderr, flush=True)
+        if args.open:
+            webbrowser.open(url)
+
+    asyncio.run(serve(config, factory, on_ready=ready))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("talk", help="talk to the agent in a local browser page (no LiveKit server)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind; anything but loopback requires --token")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--token", default=None,
+                   help="secret the page must present (8+ characters; required off loopback)")
+    p.add_argument("--max-sessions", type=int, default=4, help="concurrent sessions (one per page)")
+    p.add_argument("--open", action="store_true", help="open the page in the default browser")
+    p.set_defaults(func=run)
