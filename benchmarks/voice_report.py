@@ -55,12 +55,15 @@ def _stages(rows: list[dict]) -> dict:
     seen: dict[str, dict] = {}
     for r in rows:
         for s in (r.get("budget") or {}).get("stages", []):
-            d = seen.setdefault(s["name"], {"ms": [], "allotment_ms": s.get("allotment_ms"), "overruns": 0})
-            if s.get("ms") is not None:
+            d = seen.setdefault(s["name"], {"ms": [], "allotment_ms": s.get("allotment_ms"), "overruns": 0,
+                                            "negative": 0})
+            if s.get("ms") is not None and s["ms"] < 0:
+                d["negative"] += 1  # a stale mark from an earlier turn (seen: -19,466 ms): not a time
+            elif s.get("ms") is not None:
                 d["ms"].append(float(s["ms"]))
-            d["overruns"] += bool(s.get("overrun"))
-    return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], **(percentiles(d["ms"]) or {"n": 0})}
-            for name, d in seen.items()}
+                d["overruns"] += bool(s.get("overrun"))
+    return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], "negative": d["negative"],
+                   **(percentiles(d["ms"]) or {"n": 0})} for name, d in seen.items()}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -166,12 +169,13 @@ def format_table(report: dict) -> str:
 
 
 def _stage_table(summary: dict) -> list[str]:
-    lines = ["| stage | allotment | p50 | p90 | p99 | overruns |", "|---|---|---|---|---|---|"]
+    lines = ["| stage | allotment | p50 | p90 | p99 | overruns | negative (session bug) |",
+             "|---|---|---|---|---|---|---|"]
     for name, st in summary["stages"].items():
         lines.append(f"| {name} | {_fmt(st['allotment_ms'])} | {_fmt(st.get('p50'))} | {_fmt(st.get('p90'))} | "
-                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} |")
+                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} | {st['negative'] or ''} |")
     if not summary["stages"]:
-        lines.append("| (the session sent no budget event) | | | | | |")
+        lines.append("| (the session sent no budget event) | | | | | | |")
     return lines
 
 

@@ -141,3 +141,13 @@ def test_the_transcript_a_reply_answered_when_turn_numbers_do_not_line_up():
     budget = (1.5, {"type": "budget", "turn": 7, "user_text": "what is the weather in paris", "stages": []})
     row = score_turn(_clip(), agent, [final, reply, budget], 0.01)
     assert row["transcript"] == "what is the weather in paris" and not row["half_sentence"]
+
+
+@pytest.mark.unit
+def test_negative_stage_times_are_counted_apart():
+    def row(ms):
+        stage = {"name": "first_token", "ms": ms, "allotment_ms": 60.0, "overrun": ms > 60}
+        return {"perceived_ms": 500.0, "false_cutoff": False, "half_sentence": False, "no_reply": False,
+                "budget": {"stages": [stage], "overruns": []}}
+    st = summarize([row(50.0), row(90.0), row(-19466.0)])["stages"]["first_token"]
+    assert (st["n"], st["negative"], st["overruns"], st["p50"]) == (2, 1, 1, 70.0)
