@@ -203,15 +203,22 @@ def run(data: str | Path, out: str | Path, sessions: Mapping[str, FactoryMaker],
         print(f"skipped {s['name']}: {s['reason']}", file=sys.stderr)
     clips = select_turns(clips, turns)
     out = Path(out)
-    results = {}
+    results, failed = {}, {}
     for i, (name, make) in enumerate(sessions.items()):
         show = _progress(name, len(clips), db_to_amplitude(opts.silence_db)) if progress else None
-        rows, timelines = run_config(make(), clips, opts, show)
+        try:
+            rows, timelines = run_config(make(), clips, opts, show)
+        except Exception as e:  # a compared configuration that cannot run must not lose the others
+            if i == 0:
+                raise
+            failed[name] = f"{type(e).__name__}: {e}"
+            print(f"{name}: failed, left out of the report: {failed[name]}", file=sys.stderr)
+            continue
         wav_dir = out if i == 0 else out / name
         for clip, tl in zip(clips, timelines):
             voice_report.write_stereo(wav_dir / f"{clip.name}.wav", tl)
         results[name] = rows
-    return voice_report.write_report(out, results, skipped, opts, data=str(data))
+    return voice_report.write_report(out, results, skipped, opts, data=str(data), failed=failed)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

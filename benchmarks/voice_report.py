@@ -112,7 +112,8 @@ def targets(summaries: dict[str, dict]) -> list[dict]:
     return out
 
 
-def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict], opts, data: str) -> dict:
+def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict], opts, data: str,
+                 failed: dict[str, str] | None = None) -> dict:
     from benchmarks import voice_plots
 
     out.mkdir(parents=True, exist_ok=True)
@@ -120,7 +121,8 @@ def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict],
     first = next(iter(summaries))
     report = {
         "benchmark": "voice", "date": datetime.date.today().isoformat(), "data": data,
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count() or 0}, "options": asdict(opts), "skipped": skipped, "configs": list(results), "reference": first,
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count() or 0}, "options": asdict(opts),
+        "skipped": skipped, "configs": list(results), "failed_configs": failed or {}, "reference": first,
         "summary": summaries, "targets": targets(summaries),
         "ratios_vs_reference": {name: {k: _ratio(summaries[first]["perceived_ms"], s["perceived_ms"], k)
                                        for k in ("p50", "p90", "mean")}
@@ -189,6 +191,9 @@ def format_markdown(report: dict) -> str:
              ""]
     if report["skipped"]:
         lines += ["Skipped entries: " + "; ".join(f"{s['name']} ({s['reason']})" for s in report["skipped"]), ""]
+    if report.get("failed_configs"):
+        lines += ["Configurations that failed to run: " + "; ".join(
+            f"{n} ({msg})" for n, msg in report["failed_configs"].items()), ""]
     lines += [format_table(report), "", f"## Targets ({first})", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'NO'} |" for t in report["targets"]]
     edges = sums[first]["histogram_ms"]["edges"]
