@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.voice_data import VoiceClip, load_conversation
-from benchmarks.voice_score import db_to_amplitude, score_turn
+from benchmarks.voice_score import db_to_amplitude, first_audible, score_turn
 from benchmarks.voice_timeline import Timeline
 from parley.audio import ENGINE_RATE
 from parley.errors import ParleyError
@@ -108,27 +108,44 @@ async def _push_until(handle: SessionHandle, tl: Timeline, audio: np.ndarray, st
             return lag
 
 
+async def _settle(handle: SessionHandle, rec: _Recorder, opts: ReplayOptions) -> float:
+    """Before the first clip: silence until the agent is quiet (a session may greet first; its
+    greeting would otherwise count as a false cutoff of turn 1), at least gap_s, at most
+    max_turn_s. -> the monotonic time the first clip starts."""
+    tl = rec.timeline = Timeline(time.monotonic())
+    floor = tl.t0 + opts.gap_s
+
+    def quiet(now: float) -> bool:
+        last = tl.last_agent_arrival
+        idle = rec.state in (None, "listening") and not tl.agent_playing(now)
+        settled = idle and (last is None or tl.seconds(now) - last >= opts.quiet_s)
+        return (now >= floor and settled) or tl.seconds(now) >= opts.max_turn_s
+
+    await _push_until(handle, tl, np.zeros(0, np.float32), quiet)
+    return tl.t0 + tl.user_samples / ENGINE_RATE
+
+
 async def replay(factory: SessionFactory, clips: Sequence[VoiceClip], opts: ReplayOptions,
                  on_turn: Callable[[int, VoiceClip, Timeline], None] | None = None) -> list[tuple[Timeline, dict]]:
     """Play the conversation into one session -> per clip (timeline, {"end", "push_lag_ms"})."""
     rec = _Recorder()
     handle = await factory(rec.on_audio, rec.on_event)
     out = []
-    t0 = time.monotonic()
     try:
+        t0 = await _settle(handle, rec, opts)
         for k, clip in enumerate(clips):
             tl = rec.timeline = Timeline(t0)
-            how: list[str] = []
+            meta: dict = {"end": None}
 
-            def stop(now, clip=clip, tl=tl, how=how) -> bool:
-                end = _finished(clip, tl, rec, opts, now)
-                how.append(end or "")
-                return end is not None
+            def stop(now, clip=clip, tl=tl, meta=meta) -> bool:
+                meta["end"] = _finished(clip, tl, rec, opts, now)
+                return meta["end"] is not None
 
             lag = await _push_until(handle, tl, clip.audio, stop)
             gap_end = time.monotonic() + opts.gap_s
             lag = max(lag, await _push_until(handle, tl, np.zeros(0, np.float32), lambda now, e=gap_end: now >= e))
-            out.append((tl, {"end": how[-1], "push_lag_ms": round(1000 * lag, 1)}))
+            meta["push_lag_ms"] = round(1000 * lag, 1)
+            out.append((tl, meta))
             t0 = tl.t0 + tl.user_samples / ENGINE_RATE
             if on_turn is not None:
                 on_turn(k, clip, tl)
@@ -149,12 +166,15 @@ def select_turns(clips: list[VoiceClip], turns: int | None) -> list[VoiceClip]:
             for i in range(turns)]
 
 
-def _progress(config: str, total: int) -> Callable[[int, VoiceClip, Timeline], None]:
+def _progress(config: str, total: int, threshold: float) -> Callable[[int, VoiceClip, Timeline], None]:
+    """A one-line progress bar on stderr with the last turn's first-audio delay."""
     def show(k: int, clip: VoiceClip, tl: Timeline) -> None:
         done = k + 1
         bar = "#" * (20 * done // total) + "-" * (20 - 20 * done // total)
-        print(f"\r{config}: [{bar}] {done}/{total} {clip.name[:30]:30s}", end="" if done < total else "\n",
-              file=sys.stderr, flush=True)
+        first = first_audible(tl.agent_track(), threshold)
+        heard = "no reply" if first is None else f"{1000 * (first / ENGINE_RATE - clip.turn_end):+.0f} ms"
+        print(f"\r{config}: [{bar}] {done}/{total} {clip.name[:24]:24s} {heard:>10s}",
+              end="" if done < total else "\n", file=sys.stderr, flush=True)
     return show
 
 
@@ -183,14 +203,22 @@ def run(data: str | Path, out: str | Path, sessions: Mapping[str, FactoryMaker],
         print(f"skipped {s['name']}: {s['reason']}", file=sys.stderr)
     clips = select_turns(clips, turns)
     out = Path(out)
-    results = {}
+    results, failed = {}, {}
     for i, (name, make) in enumerate(sessions.items()):
-        rows, timelines = run_config(make(), clips, opts, _progress(name, len(clips)) if progress else None)
+        show = _progress(name, len(clips), db_to_amplitude(opts.silence_db)) if progress else None
+        try:
+            rows, timelines = run_config(make(), clips, opts, show)
+        except Exception as e:  # a compared configuration that cannot run must not lose the others
+            if i == 0:
+                raise
+            failed[name] = f"{type(e).__name__}: {e}"
+            print(f"{name}: failed, left out of the report: {failed[name]}", file=sys.stderr)
+            continue
         wav_dir = out if i == 0 else out / name
         for clip, tl in zip(clips, timelines):
             voice_report.write_stereo(wav_dir / f"{clip.name}.wav", tl)
         results[name] = rows
-    return voice_report.write_report(out, results, skipped, opts, data=str(data))
+    return voice_report.write_report(out, results, skipped, opts, data=str(data), failed=failed)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -48,7 +48,7 @@ def waterfall(path: Path, row: dict, wav: Path) -> Path:
 
     stereo, sr = read_wav(wav)
     end, lat = row["turn_end_s"], row["perceived_ms"] / 1000.0
-    lo, hi = max(0.0, end - 1.5), min(len(stereo) / sr, end + lat + 1.0)
+    lo, hi = 0.0, min(len(stereo) / sr, end + lat + 1.0)  # the whole turn: marks reach back to speech start
     t = np.arange(round(lo * sr), round(hi * sr)) / sr
     fig = Figure(figsize=(9, 5), layout="constrained")
     ax_audio, ax_stages = fig.subplots(2, 1, sharex=True, height_ratios=[1, 1.4])
@@ -64,12 +64,14 @@ def waterfall(path: Path, row: dict, wav: Path) -> Path:
         zero = marks.get("speech_end", min(marks.values()))
         for k, (name, v) in enumerate(sorted(marks.items(), key=lambda kv: kv[1])):
             x = anchor + v - zero
+            if not lo <= x <= hi:  # a mark left over from an earlier turn (seen: -17.6 s)
+                continue
             ax_audio.axvline(x, color="tab:green", lw=0.8, ls=":")
             ax_audio.text(x, 0.95 - 0.12 * (k % 4), f" {name}", fontsize=7, color="tab:green",
                           transform=ax_audio.get_xaxis_transform())
     ax_audio.set_title(f"{row['name']}: perceived {row['perceived_ms']:.0f} ms (black: last word, red: first audio)")
     ax_audio.set_yticks([0.5, -0.5], ["user", "agent"])
-    stages = [s for s in (row.get("budget") or {}).get("stages", []) if s.get("ms") is not None]
+    stages = [s for s in (row.get("budget") or {}).get("stages", []) if s.get("ms") is not None and s["ms"] >= 0]
     x = end
     for i, s in enumerate(stages):
         ms, allot = s["ms"] / 1000.0, (s.get("allotment_ms") or 0.0) / 1000.0

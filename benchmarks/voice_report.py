@@ -55,12 +55,15 @@ def _stages(rows: list[dict]) -> dict:
     seen: dict[str, dict] = {}
     for r in rows:
         for s in (r.get("budget") or {}).get("stages", []):
-            d = seen.setdefault(s["name"], {"ms": [], "allotment_ms": s.get("allotment_ms"), "overruns": 0})
-            if s.get("ms") is not None:
+            d = seen.setdefault(s["name"], {"ms": [], "allotment_ms": s.get("allotment_ms"), "overruns": 0,
+                                            "negative": 0})
+            if s.get("ms") is not None and s["ms"] < 0:
+                d["negative"] += 1  # a stale mark from an earlier turn (seen: -19,466 ms): not a time
+            elif s.get("ms") is not None:
                 d["ms"].append(float(s["ms"]))
-            d["overruns"] += bool(s.get("overrun"))
-    return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], **(percentiles(d["ms"]) or {"n": 0})}
-            for name, d in seen.items()}
+                d["overruns"] += bool(s.get("overrun"))
+    return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], "negative": d["negative"],
+                   **(percentiles(d["ms"]) or {"n": 0})} for name, d in seen.items()}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -109,7 +112,8 @@ def targets(summaries: dict[str, dict]) -> list[dict]:
     return out
 
 
-def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict], opts, data: str) -> dict:
+def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict], opts, data: str,
+                 failed: dict[str, str] | None = None) -> dict:
     from benchmarks import voice_plots
 
     out.mkdir(parents=True, exist_ok=True)
@@ -117,7 +121,8 @@ def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict],
     first = next(iter(summaries))
     report = {
         "benchmark": "voice", "date": datetime.date.today().isoformat(), "data": data,
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count() or 0}, "options": asdict(opts), "skipped": skipped, "configs": list(results), "reference": first,
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count() or 0}, "options": asdict(opts),
+        "skipped": skipped, "configs": list(results), "failed_configs": failed or {}, "reference": first,
         "summary": summaries, "targets": targets(summaries),
         "ratios_vs_reference": {name: {k: _ratio(summaries[first]["perceived_ms"], s["perceived_ms"], k)
                                        for k in ("p50", "p90", "mean")}
@@ -166,12 +171,13 @@ def format_table(report: dict) -> str:
 
 
 def _stage_table(summary: dict) -> list[str]:
-    lines = ["| stage | allotment | p50 | p90 | p99 | overruns |", "|---|---|---|---|---|---|"]
+    lines = ["| stage | allotment | p50 | p90 | p99 | overruns | negative (session bug) |",
+             "|---|---|---|---|---|---|---|"]
     for name, st in summary["stages"].items():
         lines.append(f"| {name} | {_fmt(st['allotment_ms'])} | {_fmt(st.get('p50'))} | {_fmt(st.get('p90'))} | "
-                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} |")
+                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} | {st['negative'] or ''} |")
     if not summary["stages"]:
-        lines.append("| (the session sent no budget event) | | | | | |")
+        lines.append("| (the session sent no budget event) | | | | | | |")
     return lines
 
 
@@ -185,6 +191,9 @@ def format_markdown(report: dict) -> str:
              ""]
     if report["skipped"]:
         lines += ["Skipped entries: " + "; ".join(f"{s['name']} ({s['reason']})" for s in report["skipped"]), ""]
+    if report.get("failed_configs"):
+        lines += ["Configurations that failed to run: " + "; ".join(
+            f"{n} ({msg})" for n, msg in report["failed_configs"].items()), ""]
     lines += [format_table(report), "", f"## Targets ({first})", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'NO'} |" for t in report["targets"]]
     edges = sums[first]["histogram_ms"]["edges"]

@@ -68,13 +68,17 @@ def covers_end(text: str, transcript: str) -> bool:
 
 def _replies(events: list[tuple[float, dict]]) -> list[dict]:
     """Per session turn that produced reply text: the final transcript(s) it answered (those
-    with the reply's turn number; else the last final before the reply's first text)."""
+    with the reply's turn number, else its budget's user_text, else the last final before the
+    reply's first text)."""
     finals: dict[int, list[str]] = {}
     timed: list[tuple[float, str]] = []  # every final, for a session whose turn numbers differ
     interim: dict[int, str] = {}
     texts: dict[int, tuple[float, str]] = {}
+    budget_text: dict[int, str] = {}  # the session's budget may carry the turn's user text too
     for t, ev in events:
         kind, turn = ev.get("type"), ev.get("turn")
+        if kind == "budget" and str(ev.get("user_text") or "").strip():
+            budget_text[turn] = str(ev["user_text"]).strip()
         if kind == "transcript" and ev.get("final"):
             finals.setdefault(turn, []).append(str(ev.get("text", "")).strip())
             timed.append((t, str(ev.get("text", "")).strip()))
@@ -85,7 +89,7 @@ def _replies(events: list[tuple[float, dict]]) -> list[dict]:
             texts[turn] = (first_t, str(ev["text"]).strip())  # the text so far: keep the last
     out = []
     for turn, (t, text) in sorted(texts.items(), key=lambda kv: kv[1][0]):
-        said = " ".join(s for s in finals.get(turn, []) if s)
+        said = " ".join(s for s in finals.get(turn, []) if s) or budget_text.get(turn, "")
         if not said:  # no final under the reply's turn number: the last final heard before it
             said = next((s for ft, s in reversed(timed) if ft <= t and s), interim.get(turn, ""))
         out.append({"turn": turn, "t_s": round(t, 3), "transcript": said, "text": text})

@@ -98,8 +98,14 @@ def test_false_cutoff_and_half_sentence_replies_are_counted(tmp_path):
     # endpoint 0.2 s < the 0.5 s pause: clip b is answered mid-pause ("set a timer"), then again;
     # clip a is answered after its end, but to a transcript that lacks its last word
     transcripts = ("what time is it in", "set a timer", "set a timer for ten minutes")
-    report = run(data, tmp_path / "out", _fake(reply_delay_s=0.3, endpoint_s=0.2, reply_s=0.15,
-                                               transcripts=transcripts), progress=False)
+    def broken():
+        raise TypeError("EndpointingPolicy.__init__() got an unexpected keyword argument")
+
+    sessions = {**_fake(reply_delay_s=0.3, endpoint_s=0.2, reply_s=0.15, transcripts=transcripts), "broken": broken}
+    report = run(data, tmp_path / "out", sessions, progress=False)
+    # a compared configuration that fails is reported; the others' results stay
+    assert report["configs"] == ["fake"] and "EndpointingPolicy" in report["failed_configs"]["broken"]
+    assert "failed to run: broken" in (tmp_path / "out" / "report.md").read_text()
     a, b = report["turns"]["fake"]
     assert not a["false_cutoff"] and a["half_sentence"] and abs(a["perceived_ms"] - 300) <= FRAME_MS
     assert b["false_cutoff"] and b["perceived_ms"] is None
@@ -171,12 +177,13 @@ def test_the_cli_runs_it_and_prints_the_table(tmp_path, monkeypatch, capsys):
 
     def makers(config, compare):
         seen.update(config=config, compare=compare)
-        return _fake(reply_delay_s=0.3, transcripts=("what time is it",))
+        return _fake(reply_delay_s=0.3, transcripts=("what time is it",), greeting_s=0.4)
 
     monkeypatch.setattr(voice, "session_makers", makers)
     out = tmp_path / "out"
     assert cli.main(["bench", "voice", "--data", str(data), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
+    # the agent's greeting plays out before the first clip: no false cutoff
     assert "| p50 |" in printed and "| false cutoffs | 0 (0%) |" in printed
     assert seen == {"config": None, "compare": []} and (out / "a-complete.wav").exists()
     assert cli.main(["bench", "voice", "--data", str(tmp_path / "missing"), "--out", str(out)]) == 2

@@ -127,3 +127,27 @@ def test_the_bundled_sample_conversation_is_valid_and_held_out():
     ((start, end),) = paused.pauses
     assert end - start == pytest.approx(PAUSE_S, abs=0.01) and start > 0.5 and end < paused.turn_end
     assert not np.any(np.abs(paused.audio[round(start * RATE) + 16 : round(end * RATE) - 16]) > 1e-3)
+
+
+@pytest.mark.unit
+def test_the_transcript_a_reply_answered_when_turn_numbers_do_not_line_up():
+    agent = np.zeros(3 * RATE, np.float32)
+    reply = (1.5, {"type": "reply", "text": "Sunny.", "final": True, "turn": 7})
+    final = (1.2, {"type": "transcript", "final": True, "text": "what is the weather in", "turn": 3})
+    # no final under turn 7: the last final heard before the reply (it lacks "Paris": half)
+    row = score_turn(_clip(), agent, [final, reply], 0.01)
+    assert row["transcript"] == "what is the weather in" and row["half_sentence"]
+    # the budget's user_text for turn 7 comes first
+    budget = (1.5, {"type": "budget", "turn": 7, "user_text": "what is the weather in paris", "stages": []})
+    row = score_turn(_clip(), agent, [final, reply, budget], 0.01)
+    assert row["transcript"] == "what is the weather in paris" and not row["half_sentence"]
+
+
+@pytest.mark.unit
+def test_negative_stage_times_are_counted_apart():
+    def row(ms):
+        stage = {"name": "first_token", "ms": ms, "allotment_ms": 60.0, "overrun": ms > 60}
+        return {"perceived_ms": 500.0, "false_cutoff": False, "half_sentence": False, "no_reply": False,
+                "budget": {"stages": [stage], "overruns": []}}
+    st = summarize([row(50.0), row(90.0), row(-19466.0)])["stages"]["first_token"]
+    assert (st["n"], st["negative"], st["overruns"], st["p50"]) == (2, 1, 1, 70.0)

@@ -7,7 +7,8 @@ the turn; the reply's first frame is then due exactly `reply_delay_s` after the 
 sample (on the wall clock, where the pushed audio's sample s of a frame pushed at time w was
 spoken at w - (frame length - s) / rate, as from a microphone). The reply is `reply_s` of a
 constant tone in 20 ms frames, paced in real time; speech while it plays interrupts it.
-Turn k's final transcript is `transcripts[k]` (the last one repeats)."""
+Turn k's final transcript is `transcripts[k]` (the last one repeats). With `greeting_s`, the
+agent speaks first as the session starts."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class FakeSessionConfig:
     transcripts: tuple[str, ...] = ("hello",)
     speech_level: float = 0.05
     reply_level: float = 0.3
+    greeting_s: float = 0.0  # > 0: the agent speaks first, this long, as the session starts
 
     def __post_init__(self) -> None:
         if not 0.0 < self.endpoint_s < self.reply_delay_s - 0.02:
@@ -49,6 +51,8 @@ class FakeSession:
         self._reply: asyncio.Task | None = None
         self.turn = 0
         self._event({"type": "state", "agent": "listening"})
+        if config.greeting_s > 0:
+            self._reply = self._loop.create_task(self._speak(None, time.monotonic(), config.greeting_s))
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         x = validate_audio(pcm, sample_rate)  # AudioFormatError on a bad frame
@@ -74,19 +78,19 @@ class FakeSession:
         self._event({"type": "state", "agent": "thinking"})
         self._event({"type": "transcript", "final": True, "text": text, "turn": turn})
         self._event({"type": "reply", "text": f"You said: {text}", "final": True, "turn": turn})
-        self._reply = self._loop.create_task(self._speak(turn, due))
+        self._reply = self._loop.create_task(self._speak(turn, due, cfg.reply_s))
         self.turn += 1
 
-    async def _speak(self, turn: int, due: float) -> None:
-        cfg = self.config
-        frame = np.full(FRAME, round(cfg.reply_level * 32767), dtype=np.int16)
-        for k in range(round(cfg.reply_s * RATE / FRAME)):
+    async def _speak(self, turn: int | None, due: float, seconds: float) -> None:
+        frame = np.full(FRAME, round(self.config.reply_level * 32767), dtype=np.int16)
+        for k in range(round(seconds * RATE / FRAME)):
             await asyncio.sleep(max(0.0, due + k * FRAME / RATE - time.monotonic()))
             if k == 0:
                 self._event({"type": "state", "agent": "speaking"})
-                self._budget(turn)
+                if turn is not None:
+                    self._budget(turn)
             self._audio(frame, RATE)
-        await asyncio.sleep(max(0.0, due + cfg.reply_s - time.monotonic()))
+        await asyncio.sleep(max(0.0, due + seconds - time.monotonic()))
         self._event({"type": "state", "agent": "listening"})
 
     def _budget(self, turn: int) -> None:
