@@ -109,9 +109,11 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
     vad = SileroVAD(threads=config.vad_threads)
     if detector is None:
         if config.turn_detection == "vad":  # a silence threshold alone: P = 1 at every pause
+            # no classifier, no text scorer: P is 0.5 at every pause, and the bar is 0.5 from
+            # vad_silence_s on
             detector = EndOfTurnDetector(vad, None, EndpointingPolicy(
                 eval_silence_s=config.vad_silence_s, min_wait_s=config.vad_silence_s,
-                max_wait_s=config.vad_silence_s + 0.01, high=0.5, low=0.4, text_penalty=1.0))
+                max_wait_s=config.vad_silence_s + 0.01, high=0.5, low=0.4))
         else:
             detector = EndOfTurnDetector.load(threads=config.vad_threads)
     if synthesizer is None:

@@ -213,3 +213,14 @@ async def test_the_session_talks_to_parley_serve_through_llm_openai(monkeypatch)
         assert run.of("budget")[0]["perceived_ms"] > 0
     finally:
         server.stop()
+
+
+async def test_vad_only_turn_detection_ends_the_turn_after_the_configured_silence():
+    cfg = fake_config(turn_detection="vad", vad_silence_s=0.6, preemptive=False,
+                      response=ResponsePolicy(ack_enabled=False))
+    comps = load_components(cfg, engine=FakeLLM(["Fine."], ttft_s=0.02),
+                            synthesizer=FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.02),
+                            transcriber_factory=fake_transcriber)
+    _, run = await one_turn(cfg, comps, audio=with_silence(piper_speech(QUESTION), 0.3, 0.8))
+    endpointing = next(s for s in run.of("budget")[0]["stages"] if s["name"] == "endpointing")
+    assert 600 <= endpointing["ms"] <= 700, endpointing
