@@ -15,7 +15,9 @@ LLM_KINDS = ("parley", "openai", "fake")  # or "package.module:attr"
 SPECULATIVE = ("auto", "head", "ngram", "none")
 TTS_BACKENDS = ("piper", "espeak", "fake")
 STT_MODELS = ("whisper-tiny.en", "whisper-base", "fake")
-TURN_DETECTION = ("parley", "vad")  # our detector; or VAD silence alone (a baseline)
+# our detector; VAD silence alone (a baseline); or the whole LiveKit-defaults assembly
+# (pipeline/baseline.py: livekit's Silero + v1-mini + default endpointing + segment Whisper)
+TURN_DETECTION = ("parley", "vad", "livekit")
 DEFAULT_INSTRUCTIONS = (
     "You are Parley, a friendly voice assistant. Your replies are spoken aloud, so answer in one or "
     "two short sentences of plain words, without lists, markdown or emoji.")

@@ -19,6 +19,7 @@ from livekit.agents import Agent, AgentSession
 
 from parley.errors import ParleyError
 from pipeline.audio_io import PacedAudioOutput, PushAudioInput, to_int16_mono
+from pipeline.baseline import build_livekit_default_session
 from pipeline.budget import LatencyBudget
 from pipeline.components import Components, load_components
 from pipeline.config import SessionConfig
@@ -35,7 +36,7 @@ APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 class SessionParts:
     """What build_session made: the AgentSession, the Agent, and Parley's own pieces."""
 
-    def __init__(self, session: AgentSession, agent: Agent, hearing: Hearing, budget: LatencyBudget,
+    def __init__(self, session: AgentSession, agent: Agent, hearing: Hearing | None, budget: LatencyBudget,
                  llm: Any, tts: ParleyTTS) -> None:
         self.session, self.agent, self.hearing, self.budget = session, agent, hearing, budget
         self.llm, self.tts = llm, tts
@@ -45,6 +46,14 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
                   *, on_hearing: Any = None) -> SessionParts:
     """Call inside the running event loop (livekit binds the session to it)."""
     budget = budget or LatencyBudget(config.budget)
+    llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
+                                             marks=lambda name: budget.mark(name), policy=config.response,
+                                             time_left_s=budget.time_left_s)
+    tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
+                           time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name))
+    if config.turn_detection == "livekit":  # the yardstick: LiveKit's defaults with the same parts
+        session, agent = build_livekit_default_session(config, components, budget, llm_plugin, tts_plugin)
+        return SessionParts(session, agent, None, budget, llm_plugin, tts_plugin)
     hearing = Hearing(components.vad, components.new_transcriber(), components.detector)
     agent = Agent(instructions=config.instructions)
     ahead = None
@@ -66,15 +75,9 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         if on_hearing is not None:
             on_hearing(ev)
 
-    stt_plugin = ParleySTT(hearing, model_name=config.stt, on_event=on_event)
-    vad_plugin = ParleyVAD(hearing)
-    llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
-                                             marks=lambda name: budget.mark(name), policy=config.response,
-                                             time_left_s=budget.time_left_s)
-    tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
-                           time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name))
     session = AgentSession(
-        stt=stt_plugin, vad=vad_plugin, llm=llm_plugin, tts=tts_plugin,
+        stt=ParleySTT(hearing, model_name=config.stt, on_event=on_event), vad=ParleyVAD(hearing),
+        llm=llm_plugin, tts=tts_plugin,
         turn_handling={
             "turn_detection": "stt",
             # our detector has already waited: livekit must add nothing on top (measured in tests)
@@ -146,7 +149,8 @@ class VoiceSession:
         with contextlib.suppress(Exception):
             await self.session.aclose()
         await self._out.aclose()
-        await asyncio.to_thread(self.parts.hearing.close)
+        if self.parts.hearing is not None:
+            await asyncio.to_thread(self.parts.hearing.close)
 
 
 def _wire_events(vs: VoiceSession) -> None:

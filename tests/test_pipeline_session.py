@@ -224,3 +224,15 @@ async def test_vad_only_turn_detection_ends_the_turn_after_the_configured_silenc
     _, run = await one_turn(cfg, comps, audio=with_silence(piper_speech(QUESTION), 0.3, 0.8))
     endpointing = next(s for s in run.of("budget")[0]["stages"] if s["name"] == "endpointing")
     assert 600 <= endpointing["ms"] <= 700, endpointing
+
+
+async def test_the_livekit_defaults_yardstick_answers_a_question():
+    """turn_detection = "livekit": livekit's Silero, v1-mini, default endpointing, segment Whisper."""
+    cfg = SessionConfig(llm="fake", tts="fake", turn_detection="livekit", preemptive=False,
+                        response=ResponsePolicy(ack_enabled=False))
+    comps = load_components(cfg, engine=FakeLLM(["Yes."], ttft_s=0.02),
+                            synthesizer=FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.02))
+    _, run = await one_turn(cfg, comps, audio=with_silence(piper_speech(QUESTION), 0.3, 1.5), wait_s=8)
+    assert [e["text"] for e in run.of("reply")] == ["Yes."]
+    report = run.of("budget")[0]
+    assert "weather" in report["user_text"].lower() and report["perceived_ms"] > 500, report
