@@ -92,6 +92,11 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         # converge; serverless transports carry no echo, and a room's client cancels its own
         aec_warmup_duration=config.aec_warmup_s or None,
     )
+
+    @session.on("close")
+    def _closed(_ev) -> None:  # a room session ended: its threads go with it
+        asyncio.get_running_loop().run_in_executor(None, hearing.close)
+
     return SessionParts(session, agent, hearing, budget, llm_plugin, tts_plugin)
 
 

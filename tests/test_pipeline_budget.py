@@ -1,0 +1,105 @@
+"""The latency budget and the LLM plugin's message handling, as units (no session)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_engine import LLMEngine
+from pipeline.budget import BudgetConfig, LatencyBudget, ResponsePolicy
+from pipeline.plugins.llm import fit_context
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run_turn(budget: LatencyBudget, clock: Clock, marks: list[tuple[str, float]]) -> None:
+    budget.open_turn(clock.t)
+    for name, dt in marks:
+        clock.t += dt
+        budget.mark(name, clock.t)
+
+
+def test_a_turn_reports_each_stage_against_its_allotment_and_the_perceived_latency():
+    from prometheus_client import CollectorRegistry
+
+    clock, registry, seen = Clock(), CollectorRegistry(), []
+    budget = LatencyBudget(BudgetConfig(), registry=registry, clock=clock)
+    budget.subscribe(seen.append)
+    run_turn(budget, clock, [("speech_end", 1.0), ("end_of_turn", 0.2), ("final_transcript", 0.03),
+                             ("llm_request", 0.001), ("llm_first_token", 0.2), ("first_chunk", 0.05),
+                             ("tts_first_audio", 0.06), ("output_first_frame", 0.01)])
+    assert len(seen) == 1 and budget.turn is None
+    r = seen[0]
+    stages = {s["name"]: s for s in r["stages"]}
+    assert stages["endpointing"]["ms"] == pytest.approx(200, abs=0.1)
+    assert stages["first_token"]["overrun"] and not stages["endpointing"]["overrun"]
+    assert r["overruns"] == ["first_token"]  # 551 ms in all: within the 600
+    assert r["perceived_ms"] == pytest.approx(551, abs=0.1)
+    assert registry.get_sample_value("parley_stage_overruns_total", {"stage": "first_token"}) == 1
+    assert registry.get_sample_value("parley_perceived_latency_seconds_count") == 1
+
+
+def test_preemptive_stages_are_hidden_and_a_restarted_generation_replaces_them():
+    clock = Clock()
+    budget = LatencyBudget(clock=clock)
+    run_turn(budget, clock, [("speech_end", 1.0), ("llm_request", 0.2), ("llm_first_token", 0.1),
+                             ("llm_request", 0.05)])  # the preflight reply was dropped: a new one
+    assert "llm_first_token" not in budget.turn.marks
+    run_turn(budget, clock, [("llm_first_token", 0.05), ("end_of_turn", 0.1), ("final_transcript", 0.01),
+                             ("first_chunk", 0.02), ("tts_first_audio", 0.05), ("output_first_frame", 0.01)])
+    r = budget.reports[-1]
+    stages = {s["name"]: s for s in r["stages"]}
+    assert stages["first_token"]["hidden"] and stages["first_token"]["ms"] == pytest.approx(50, abs=0.1)
+    assert r["perceived_ms"] == pytest.approx(590, abs=0.1) and r["overruns"] == ["endpointing", "first_clause"]
+
+
+def test_an_acknowledged_turn_reports_once_the_first_token_is_known():
+    clock = Clock()
+    budget = LatencyBudget(clock=clock)
+    run_turn(budget, clock, [("speech_end", 1.0), ("end_of_turn", 0.2), ("final_transcript", 0.02),
+                             ("llm_request", 0.0), ("acknowledgement", 0.3), ("first_chunk", 0.02),
+                             ("tts_first_audio", 0.03), ("output_first_frame", 0.01)])
+    assert not budget.reports  # the ack is audible, the stage it covers is not over
+    clock.t += 0.4
+    budget.mark("llm_first_token", clock.t)
+    r = budget.reports[0]
+    assert r["acknowledged"] and r["perceived_ms"] == pytest.approx(580, abs=0.1)
+    first_clause = next(s for s in r["stages"] if s["name"] == "first_clause")
+    assert first_clause["ms"] is None  # the ack's chunk came before the token: no such stage
+
+
+def test_marks_outside_a_user_turn_are_ignored_and_an_unanswered_turn_is_still_reported():
+    clock = Clock()
+    budget = LatencyBudget(clock=clock)
+    budget.mark("output_first_frame")  # a greeting: no turn
+    assert budget.turn is None and not budget.reports
+    run_turn(budget, clock, [("speech_end", 1.0), ("end_of_turn", 0.2)])
+    budget.open_turn(clock.t + 0.1)  # the user went on before any reply
+    assert budget.reports[0]["perceived_ms"] is None and budget.turn.turn == 1
+
+
+def test_policy_turns_time_left_into_first_chunk_words_and_ack_wait():
+    p = ResponsePolicy()
+    assert p.first_words(None) == 2 and p.first_words(-0.5) == 1 and p.first_words(2.0) == 6
+    assert p.ack_wait_s(1.0) == pytest.approx(0.75) and p.ack_wait_s(-1.0) == p.ack_grace_s
+    assert ResponsePolicy(ack_enabled=False).ack_wait_s(1.0) is None
+    with pytest.raises(ValueError):
+        BudgetConfig(first_token_ms=0)
+
+
+def test_history_is_trimmed_to_the_context_window_keeping_the_system_prompt():
+    engine = LLMEngine.from_pretrained(max_model_len=256)
+    system = {"role": "system", "content": "You are a helpful voice assistant."}
+    turns = [{"role": r, "content": f"message number {i} " + "word " * 20}
+             for i, r in zip(range(30), ["user", "assistant"] * 15)]
+    msgs = fit_context(engine, [system, *turns], reserve=60)
+    assert msgs[0] == system and msgs[-1] == turns[-1]
+    assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit
+    assert len(msgs) < 31 and msgs[1:] == turns[-(len(msgs) - 1):]  # the oldest went first
