@@ -145,6 +145,7 @@ async def replay(factory: SessionFactory, clips: Sequence[VoiceClip], opts: Repl
             gap_end = time.monotonic() + opts.gap_s
             lag = max(lag, await _push_until(handle, tl, np.zeros(0, np.float32), lambda now, e=gap_end: now >= e))
             meta["push_lag_ms"] = round(1000 * lag, 1)
+            meta["timeline_s"] = round(tl.length / ENGINE_RATE, 3)
             out.append((tl, meta))
             t0 = tl.t0 + tl.user_samples / ENGINE_RATE
             if on_turn is not None:

@@ -50,19 +50,31 @@ def percentiles(values: list[float]) -> dict | None:
             "max": float(x.max())}
 
 
+def _longest_stage_ms(row: dict) -> float:
+    """No budget stage of a turn can outlast the clip's start -> the reply's first audio."""
+    after = row.get("perceived_ms") if row.get("perceived_ms") is not None else row.get("reanswer_ms")
+    if after is not None and row.get("turn_end_s") is not None:
+        return 1000.0 * row["turn_end_s"] + after
+    return 1000.0 * row.get("timeline_s", float("inf"))
+
+
 def _stages(rows: list[dict]) -> dict:
     """Per budget stage (in the order the session lists them): timings, allotment, overruns."""
     seen: dict[str, dict] = {}
     for r in rows:
+        longest = _longest_stage_ms(r)
         for s in (r.get("budget") or {}).get("stages", []):
             d = seen.setdefault(s["name"], {"ms": [], "allotment_ms": s.get("allotment_ms"), "overruns": 0,
-                                            "negative": 0})
-            if s.get("ms") is not None and s["ms"] < 0:
-                d["negative"] += 1  # a stale mark from an earlier turn (seen: -19,466 ms): not a time
+                                            "invalid": 0})
+            if s.get("ms") is not None and not 0 <= s["ms"] <= longest:
+                # a stale mark from an earlier turn: the real session gave -19,466 ms and 19,413 ms
+                # stages in turns answered 4-6 s after the clip began. Counted apart, out of the
+                # percentiles.
+                d["invalid"] += 1
             elif s.get("ms") is not None:
                 d["ms"].append(float(s["ms"]))
                 d["overruns"] += bool(s.get("overrun"))
-    return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], "negative": d["negative"],
+    return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], "invalid": d["invalid"],
                    **(percentiles(d["ms"]) or {"n": 0})} for name, d in seen.items()}
 
 
@@ -152,7 +164,8 @@ def format_table(report: dict) -> str:
     sums = report["summary"]
     names = list(sums)
     ref = sums[names[0]]["perceived_ms"]
-    head = "| perceived latency (ms, from the audio) | " + " | ".join(names) + " |"
+    ratio = f"; (x) = / {names[0]}" if len(names) > 1 else ""
+    head = f"| perceived latency (ms, from the audio{ratio}) | " + " | ".join(names) + " |"
     lines = [head, "|---" * (len(names) + 1) + "|"]
     for key in ("p50", "p90", "p99", "mean"):
         lines.append(f"| {key} | " + " | ".join(_cell(sums[n], ref, key) for n in names) + " |")
@@ -171,11 +184,11 @@ def format_table(report: dict) -> str:
 
 
 def _stage_table(summary: dict) -> list[str]:
-    lines = ["| stage | allotment | p50 | p90 | p99 | overruns | negative (session bug) |",
+    lines = ["| stage | allotment | p50 | p90 | p99 | overruns | invalid (outside the turn) |",
              "|---|---|---|---|---|---|---|"]
     for name, st in summary["stages"].items():
         lines.append(f"| {name} | {_fmt(st['allotment_ms'])} | {_fmt(st.get('p50'))} | {_fmt(st.get('p90'))} | "
-                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} | {st['negative'] or ''} |")
+                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} | {st['invalid'] or ''} |")
     if not summary["stages"]:
         lines.append("| (the session sent no budget event) | | | | | | |")
     return lines

@@ -2,7 +2,12 @@
 SessionHandle. It listens with an energy threshold; on speech followed by silence it emits
 the events a real session emits (vad, transcript, state, reply, budget) and a few hundred ms
 of tone as agent audio, paced in real time. `recognize` (blocking, run in a thread) may turn
-the turn's audio into text, e.g. Whisper, so a test can check what actually arrived."""
+the turn's audio into text, e.g. Whisper, so a test can check what actually arrived.
+
+For the voice benchmark's tests the timing can be made exact: with `reply_delay_s` the reply's
+first frame is due that long after the end of speech (the arrival of the last loud 20 ms chunk,
+i.e. when it was spoken), `transcripts` gives turn k's final transcript (k from 1; the last
+repeats), and `greeting_s` makes the agent speak first, as the session starts."""
 
 from __future__ import annotations
 
@@ -33,10 +38,17 @@ class FakeSessionConfig:
     reply_s: float = 0.4
     output_rate: int = 24_000
     think_s: float = 0.03
+    reply_delay_s: float | None = None  # first reply frame this long after the end of speech
+    transcripts: tuple[str, ...] = ()  # without `recognize`: turn k's final transcript
+    greeting_s: float = 0.0  # > 0: the agent speaks first, this long
 
     def __post_init__(self) -> None:
         if self.speech_rms <= 0 or self.start_frames < 1 or self.reply_s <= 0 or self.end_silence_s <= 0:
             raise ValueError("speech_rms, start_frames, reply_s and end_silence_s must be positive")
+        if self.reply_delay_s is not None and self.reply_delay_s < self.end_silence_s + 0.02:
+            raise ValueError("reply_delay_s must leave the endpointing (end_silence_s) one 20 ms frame")
+        if self.greeting_s < 0:
+            raise ValueError("greeting_s must be >= 0")
 
 
 class FakeSession:
@@ -125,30 +137,46 @@ class FakeSession:
 
     async def _reply(self, turn: int, audio: np.ndarray, speech_end_t: float, eot_t: float) -> None:
         self._emit({"type": "state", "agent": "thinking"})
+        said = self.config.transcripts
         if self._recognize is not None:
             text = await asyncio.to_thread(self._recognize, audio)
+        elif said:
+            text = said[min(turn, len(said)) - 1]
         else:
             text = f"({len(audio) / RATE:.1f} s of speech)"
         t_final = time.monotonic()
         self._emit({"type": "transcript", "final": True, "text": text, "turn": turn})
-        await asyncio.sleep(self.config.think_s)
+        if self.config.reply_delay_s is None:
+            await asyncio.sleep(self.config.think_s)
+        else:
+            await asyncio.sleep(max(0.0, speech_end_t + self.config.reply_delay_s - time.monotonic()))
         t_token = time.monotonic()
         words = f"You said: {text}".split()
         for i in range(1, len(words) + 1):
             self._emit({"type": "reply", "text": " ".join(words[:i]), "final": False, "turn": turn})
         t_clause = time.monotonic()
+        budget = lambda: self._emit(  # noqa: E731
+            self._budget(turn, speech_end_t, (eot_t, t_final, t_token, t_clause, time.monotonic())))
+        await self._speak(self.config.reply_s, on_first_frame=budget)
+        self._emit({"type": "reply", "text": " ".join(words), "final": True, "turn": turn})
+        self._emit({"type": "state", "agent": "listening"})
+
+    async def _speak(self, seconds: float, on_first_frame: Callable[[], None] | None = None) -> None:
+        """A 440 Hz tone in 20 ms frames at the output rate, paced in real time."""
         self._emit({"type": "state", "agent": "speaking"})
         rate = self.config.output_rate
         n = rate // 50
-        t = np.arange(round(self.config.reply_s * rate)) / rate
+        t = np.arange(round(seconds * rate)) / rate
         tone = float_to_int16(0.3 * np.sin(2 * np.pi * 440.0 * t) * np.minimum(1.0, t / 0.01))
         for i, start in enumerate(range(0, len(tone), n)):
             self._audio_sink(tone[start : start + n], rate)
             self.frames_sent += 1
-            if i == 0:
-                self._emit(self._budget(turn, speech_end_t, (eot_t, t_final, t_token, t_clause, time.monotonic())))
+            if i == 0 and on_first_frame is not None:
+                on_first_frame()
             await asyncio.sleep(0.02)
-        self._emit({"type": "reply", "text": " ".join(words), "final": True, "turn": turn})
+
+    async def _greet(self) -> None:
+        await self._speak(self.config.greeting_s)
         self._emit({"type": "state", "agent": "listening"})
 
     def _budget(self, turn: int, speech_end_t: float, marks: tuple[float, ...]) -> dict:
@@ -183,4 +211,6 @@ class FakeSessionFactory:
     async def __call__(self, audio_sink: AudioSink, event_sink: EventSink) -> FakeSession:
         session = FakeSession(audio_sink, event_sink, self.config, self.recognize)
         self.sessions.append(session)
+        if self.config.greeting_s > 0:
+            session._reply_task = asyncio.get_running_loop().create_task(session._greet(), name="fake-greeting")
         return session

@@ -144,10 +144,10 @@ def test_the_transcript_a_reply_answered_when_turn_numbers_do_not_line_up():
 
 
 @pytest.mark.unit
-def test_negative_stage_times_are_counted_apart():
+def test_stage_times_outside_the_turn_are_counted_apart():
     def row(ms):
         stage = {"name": "first_token", "ms": ms, "allotment_ms": 60.0, "overrun": ms > 60}
         return {"perceived_ms": 500.0, "false_cutoff": False, "half_sentence": False, "no_reply": False,
-                "budget": {"stages": [stage], "overruns": []}}
-    st = summarize([row(50.0), row(90.0), row(-19466.0)])["stages"]["first_token"]
-    assert (st["n"], st["negative"], st["overruns"], st["p50"]) == (2, 1, 1, 70.0)
+                "budget": {"stages": [stage], "overruns": []}, "timeline_s": 30.0, "turn_end_s": 4.0}
+    st = summarize([row(50.0), row(90.0), row(-19466.0), row(19413.0)])["stages"]["first_token"]
+    assert (st["n"], st["invalid"], st["overruns"], st["p50"]) == (2, 2, 1, 70.0)
