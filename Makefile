@@ -2,6 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2 --dist loadfile
+DEMO_OUT ?= out/demo
 
 .PHONY: setup test demo lint clean
 
@@ -12,8 +13,10 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The main job: the bundled sample conversation, replayed in real time into a voice session
+# with Parley's defaults; prints the latency table (report, plots and stereo WAVs in DEMO_OUT).
 demo: setup
-	$(VENV)/bin/parley models --check
+	$(VENV)/bin/parley bench voice --data benchmarks/data/voice_sample --out $(DEMO_OUT)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -10,7 +10,16 @@ with int8 activations (`weight_format="int8"`), whose greedy tokens are compared
 on the committed voice prompts. llama.cpp (llama_cpp) is
 measured only when importable.
 
+The streaming section (--stream; --stream-only skips the rest) measures the serving path the
+voice loop and `parley serve` use, at 1 thread: 1 and 4 concurrent `stream_chat` clients on the
+committed voice prompts, speculation off vs "auto", per weight format: time to first delta,
+time to the first clause (first punctuation, or the 8th delta), decode tok/s, acceptance and
+tokens per target pass, beside `generate()` on the same prompts in the same run; whether the
+greedy text is identical with and without speculation; and TTFT of a ~300-token conversation
+whose prompt (with the last words of the user turn still missing) was prefilled ahead, vs cold.
+
     python -m benchmarks.llm_engine --threads 1 2 --json out.json
+    python -m benchmarks.llm_engine --stream-only --threads 1 --json out.json
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.llm_streaming import stream_section, stream_table
 from llm_engine import LLMEngine, SamplingParams
 from llm_engine.model import weight_bytes
 from parley.assets import model_path
@@ -205,10 +215,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--flat-requests", type=int, default=1000)
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
+    ap.add_argument("--stream", action="store_true", help="add the streaming / speculation section")
+    ap.add_argument("--stream-only", action="store_true", help="run only the streaming section")
+    ap.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int8"], help="streaming: weight formats")
+    ap.add_argument("--stream-tokens", type=int, default=48, help="streaming: max tokens per reply")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    res = run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
-    print(table(res))
+    res: dict = {}
+    if not a.stream_only:
+        res = run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
+        print(table(res))
+    if a.stream or a.stream_only:
+        torch.set_num_threads(1)
+        res["stream"] = stream_section(a.formats, a.stream_tokens)
+        print(stream_table(res["stream"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

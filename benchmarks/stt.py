@@ -1,11 +1,19 @@
 """Streaming STT benchmark: real-time-paced replay of synthesized 2-10 s utterances.
 
 Per utterance: replay at real time (or --fast: no sleeping, every due decode done), flush
-`--flush-delay` after the speech ends (the endpointing allotment), and measure finalization
-latency (flush -> final), interim cadence, real-time factor, process CPU / wall while
-streaming, and WER; then the same clips offline (one-shot) in the same run.
+each `--flush-delay` after the speech ends (the endpointing allotment; the turn is replayed
+once per delay), and measure finalization latency (flush -> final), the share of finals that
+needed no decode of their own, interim cadence, real-time factor, process CPU / wall while
+streaming, WER and lost tail words; then the same clips offline (one-shot) in the same run.
 
-    python -m benchmarks.stt [--fast] [--pauses] [--model whisper-tiny.en] [--json out.json]
+Clips (--voices): "held-out" (default), voices the STT was never tuned on, Debian's `flite`
+(kal, kal16, awb, rms, slt) and `festival` (kal_diphone, ked_diphone, cmu_us_slt_arctic_hts:
+packages festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts) on sentences with
+word splits (tablespoons, $5.20, numbers, contractions), some ending right after a pause;
+"piper": the embedded Piper voice (and espeak-ng) the defaults were tuned on.
+
+    python -m benchmarks.stt [--voices held-out|piper] [--fast] [--pauses] [--flush-delay 0.25 0.15]
+                             [--model whisper-tiny.en] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,6 +59,33 @@ PAUSE_TEXTS = (
     "Please send the report to Maria. She needs it by Friday.",
     "Yes. Yes, that is right. Go ahead.",
 )
+# held-out turns: (text, pause after the first part or None). Each is spoken by the next voice
+# of HELD_OUT_VOICES in turn; a paused turn is its two parts synthesized apart, 0.5 s between.
+HELD_OUT_TEXTS = (
+    ("Do you have any tips for a beginner?", None),
+    ("I need three tablespoons of sugar for the cake.", None),
+    ("My flight leaves from the airport tomorrow at seven.", None),
+    ("The coffee costs $5.20 at the corner shop.", None),
+    ("I can't find my keys, and I'm already late for work.", None),
+    ("Set a timer for twenty five minutes.", None),
+    ("What's the fastest way to get to the train station?", None),
+    ("We'll need about 300 grams of flour and two eggs.", None),
+    ("Could you read me the news headlines from this morning?", None),
+    ("My daughter's birthday party is on the fourteenth of March.", None),
+    ("How long should I boil an egg for a soft yolk?", None),
+    ("Please add tomatoes, onions and garlic to my shopping list.", None),
+    ("It doesn't matter which one you pick.", None),
+    ("Tell me a short story about a dragon who loves books.", None),
+    ("I wonder if it will snow this weekend in the mountains.", None),
+    ("Call the dentist and move my appointment to Thursday afternoon.", None),
+    ("The total was $5.20", "including tax."),
+    ("I want to learn the guitar.", "Where do I start?"),
+    ("Book a table for four.", "At eight."),
+    ("Turn off the kitchen lights.", "And the fan."),
+    ("I'll take the blue one.", "No, the green one."),
+)
+HELD_OUT_VOICES = (("flite", "slt"), ("festival", "kal_diphone"), ("flite", "awb"), ("festival", "cmu_us_slt_arctic_hts"),
+                   ("flite", "rms"), ("festival", "ked_diphone"), ("flite", "kal16"))
 ESPEAK_TEXTS = ("Please turn off the lights in the kitchen and lock the front door.",
                 "How many kilometers is it from Paris to Berlin by train?")
 
@@ -67,13 +102,61 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
-def clips(pauses: bool = False) -> list[tuple[str, np.ndarray, float]]:
-    from tests.speech import espeak_available, espeak_speech, piper_speech
+def synthesize(engine: str, voice: str, text: str) -> np.ndarray:
+    """Debian flite (`flite -voice NAME`) or festival (`text2wave`, `(voice_NAME)`) -> 16 kHz [N]."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
 
-    out = [(t, piper_speech(t)) for t in TEXTS + (PAUSE_TEXTS if pauses else ())]
-    if espeak_available():
-        out += [(t, espeak_speech(t)) for t in ESPEAK_TEXTS]
-    return [(t, a, len(a) / 16_000) for t, a in out]
+    from parley.audio import validate_audio
+    from parley.wav import read_wav
+
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "speech.wav"
+        if engine == "flite":
+            cmd, stdin = ["flite", "-voice", voice, "-t", text, "-o", str(out)], None
+        else:
+            cmd, stdin = ["text2wave", "-eval", f"(voice_{voice})", "-o", str(out)], text.encode()
+        subprocess.run(cmd, input=stdin, check=True, capture_output=True, timeout=60)
+        audio, rate = read_wav(out)
+    return validate_audio(audio, rate)
+
+
+def speech_end_s(audio: np.ndarray) -> float:
+    """End of the last 10 ms frame louder than 2% of the clip's loudest (synthesizers end with
+    some near-silence of their own)."""
+    n = len(audio) // 160
+    rms = np.sqrt((audio[:n * 160].reshape(n, 160) ** 2).mean(axis=1))
+    loud = np.flatnonzero(rms > 0.02 * rms.max())
+    return (loud[-1] + 1) * 0.01 if len(loud) else 0.0
+
+
+def clips(voices: str = "held-out", pauses: bool = False) -> list[tuple[str, np.ndarray, float]]:
+    """(text, 16 kHz audio trimmed after its speech end, voice label) per turn."""
+    if voices == "held-out":
+        out = []
+        for i, (first, second) in enumerate(HELD_OUT_TEXTS):
+            engine, voice = HELD_OUT_VOICES[i % len(HELD_OUT_VOICES)]
+            audio = synthesize(engine, voice, first)
+            text = first
+            if second:
+                audio = np.concatenate([audio[:int(speech_end_s(audio) * 16_000)], np.zeros(8000, np.float32),
+                                        synthesize(engine, voice, second)])
+                text = f"{first} {second}"
+            out.append((text, audio, f"{engine}-{voice}"))
+    else:
+        from tests.speech import espeak_available, espeak_speech, piper_speech
+
+        out = [(t, piper_speech(t), "piper") for t in TEXTS + (PAUSE_TEXTS if pauses else ())]
+        if espeak_available():
+            out += [(t, espeak_speech(t), "espeak") for t in ESPEAK_TEXTS]
+    return [(t, a[:int(speech_end_s(a) * 16_000)], v) for t, a, v in out]
+
+
+def tail_lost(ref: str, hyp: str) -> bool:
+    """The reference's last word is not among the transcript's last two words."""
+    r, h = _norm(ref).split(), _norm(hyp).split()
+    return bool(r) and r[-1] not in h[-2:]
 
 
 def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, realtime: bool) -> dict:
@@ -87,57 +170,80 @@ def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, rea
     gaps = [b.audio_time_s - a.audio_time_s for a, b in itertools.pairwise(interims)]
     decode = sum(e.decode_s for e in r.events) + r.final.decode_s
     return {"final": r.final.text, "final_latency_s": r.final.latency_s, "final_decode_s": r.final.decode_s,
+            "no_new_decode": r.final.decode_s == 0.0,
             "interims": len(interims), "preflight": any(e.kind == "preflight" for e in interims),
             "interim_gap_s": statistics.median(gaps) if gaps else None,
             "interim_latency_s": statistics.median([e.latency_s for e in interims]) if interims else None,
             "decode_s": decode, "wall_s": r.wall_s, "cpu_s": r.cpu_s}
 
 
-def run(args) -> dict:
-    from stt import StreamingTranscriber, TranscriberConfig, transcribe
-
-    data = clips(args.pauses)
-    cfg = TranscriberConfig(model=args.model, cpu_threads=args.threads, endpoint_silence_s=args.endpoint_silence,
-                            pause_from_stable=args.pause_from_stable, restart_at_pause=args.restart_at_pause)
-    rows = []
-    with StreamingTranscriber(cfg) as st:
-        stream_one(st, data[0][1], 0.3, args.flush_delay, realtime=False)  # warm-up
-        for text, audio, dur in data:
-            res = stream_one(st, audio, 0.3, args.flush_delay, realtime=not args.fast)
-            t0 = time.perf_counter()
-            off = transcribe(audio, model=args.model, decoder=st._decoder)
-            res.update(text=text, duration_s=dur, offline=off.text, offline_s=time.perf_counter() - t0)
-            rows.append(res)
-            print(f"{dur:5.1f}s  final {res['final_latency_s'] * 1000:6.1f} ms  interims {res['interims']:2d}  "
-                  f"| {res['final']}", flush=True)
+def summarize(rows: list[dict], delay: float) -> dict:
     lat = [r["final_latency_s"] for r in rows]
+    gaps = [r["interim_gap_s"] for r in rows if r["interim_gap_s"] is not None]
     audio_s = sum(r["duration_s"] for r in rows)
     refs = [r["text"] for r in rows]
-    gaps = [r["interim_gap_s"] for r in rows if r["interim_gap_s"] is not None]
     return {
-        "model": args.model, "endpoint_silence_s": args.endpoint_silence,
-        "pause_from_stable": args.pause_from_stable, "restart_at_pause": args.restart_at_pause,
-        "pauses": args.pauses, "threads": args.threads, "realtime": not args.fast, "clips": len(rows),
-        "audio_s": audio_s, "flush_delay_s": args.flush_delay,
+        "flush_delay_s": delay,
         "final_latency_ms_p50": 1000 * pct(lat, 50), "final_latency_ms_p90": 1000 * pct(lat, 90),
+        "final_no_new_decode_share": sum(r["no_new_decode"] for r in rows) / len(rows),
         "interim_gap_s_median": statistics.median(gaps) if gaps else None,
         "interim_latency_ms_median": 1000 * statistics.median(
-            [r["interim_latency_s"] for r in rows if r["interim_latency_s"] is not None]),
+            [r["interim_latency_s"] for r in rows if r["interim_latency_s"] is not None] or [float("nan")]),
         "preflight_rate": sum(r["preflight"] for r in rows) / len(rows),
         "stream_rtf": sum(r["decode_s"] for r in rows) / audio_s,
         "stream_cpu_cores": sum(r["cpu_s"] for r in rows) / sum(r["wall_s"] for r in rows),
-        "offline_rtf": sum(r["offline_s"] for r in rows) / audio_s,
         "wer_stream": wer(refs, [r["final"] for r in rows]),
-        "wer_offline": wer(refs, [r["offline"] for r in rows]),
-        "rows": rows,
+        "tail_lost_stream": sum(tail_lost(r["text"], r["final"]) for r in rows),
+    }
+
+
+def run(args) -> dict:
+    from stt import StreamingTranscriber, TranscriberConfig, transcribe
+
+    data = clips(args.voices, args.pauses)
+    cfg = TranscriberConfig(model=args.model, cpu_threads=args.threads, endpoint_silence_s=args.endpoint_silence,
+                            decode_workers=args.decode_workers, final_beam_size=args.final_beam,
+                            pause_from_stable=args.pause_from_stable, restart_at_pause=args.restart_at_pause)
+    rows: dict[float, list[dict]] = {d: [] for d in args.flush_delay}
+    offline = []
+    with StreamingTranscriber(cfg) as st:
+        stream_one(st, data[0][1], 0.3, 0.25, realtime=False)  # warm-up
+        for text, audio, voice in data:
+            t0 = time.perf_counter()
+            off = transcribe(audio, model=args.model, decoder=st._decoder)
+            offline.append({"offline": off.text, "offline_s": time.perf_counter() - t0})
+            for delay in args.flush_delay:
+                res = stream_one(st, audio, 0.3, delay, realtime=not args.fast)
+                res.update(text=text, voice=voice, duration_s=len(audio) / 16_000)
+                rows[delay].append(res)
+                print(f"{voice:34s} +{delay * 1000:3.0f} ms  final {res['final_latency_s'] * 1000:6.1f} ms "
+                      f"(decode {res['final_decode_s'] * 1000:5.1f})  | {res['final']}", flush=True)
+    refs = [t for t, _, _ in data]
+    audio_s = sum(len(a) / 16_000 for _, a, _ in data)
+    return {
+        "model": args.model, "voices": args.voices, "endpoint_silence_s": args.endpoint_silence,
+        "decode_workers": args.decode_workers, "final_beam_size": args.final_beam,
+        "pause_from_stable": args.pause_from_stable, "restart_at_pause": args.restart_at_pause,
+        "pauses": args.pauses, "threads": args.threads, "realtime": not args.fast, "clips": len(data),
+        "audio_s": audio_s, "offline_rtf": sum(o["offline_s"] for o in offline) / audio_s,
+        "wer_offline": wer(refs, [o["offline"] for o in offline]),
+        "tail_lost_offline": sum(tail_lost(t, o["offline"]) for t, o in zip(refs, offline)),
+        "by_flush_delay": [summarize(rows[d], d) for d in args.flush_delay],
+        "rows": {str(d): [{**r, **o} for r, o in zip(rows[d], offline)] for d in args.flush_delay},
     }
 
 
 def table(s: dict) -> str:
-    keys = ["model", "endpoint_silence_s", "pause_from_stable", "restart_at_pause", "pauses", "threads", "realtime", "clips", "audio_s", "final_latency_ms_p50", "final_latency_ms_p90",
-            "interim_gap_s_median", "interim_latency_ms_median", "preflight_rate", "stream_rtf",
-            "stream_cpu_cores", "offline_rtf", "wer_stream", "wer_offline"]
-    return "\n".join(f"{k:28s} {s[k]:.3f}" if isinstance(s[k], float) else f"{k:28s} {s[k]}" for k in keys)
+    def line(k, v):
+        return f"{k:28s} {v:.3f}" if isinstance(v, float) else f"{k:28s} {v}"
+
+    keys = ["model", "voices", "endpoint_silence_s", "decode_workers", "final_beam_size", "pause_from_stable",
+            "restart_at_pause", "pauses", "threads", "realtime", "clips", "audio_s", "offline_rtf", "wer_offline",
+            "tail_lost_offline"]
+    out = [line(k, s[k]) for k in keys]
+    for d in s["by_flush_delay"]:
+        out += [""] + [line(k, v) for k, v in d.items()]
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,10 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="whisper-tiny.en", choices=["whisper-tiny.en", "whisper-base"])
     p.add_argument("--threads", type=int, default=1, help="CTranslate2 cpu_threads")
     p.add_argument("--fast", action="store_true", help="replay without real-time pacing (smoke runs)")
-    p.add_argument("--flush-delay", type=float, default=0.25, help="flush this long after speech ends (s)")
+    p.add_argument("--voices", default="held-out", choices=["held-out", "piper"], help="clip set (see above)")
+    p.add_argument("--flush-delay", type=float, nargs="+", default=[0.25, 0.15],
+                   help="flush this long after speech ends (s); each turn is replayed once per delay")
+    p.add_argument("--decode-workers", type=int, default=TranscriberConfig.decode_workers)
+    p.add_argument("--final-beam", type=int, default=TranscriberConfig.final_beam_size)
     p.add_argument("--endpoint-silence", type=float, default=TranscriberConfig.endpoint_silence_s,
                    help="pause (s) after which the utterance so far is decoded and made stable")
-    p.add_argument("--pauses", action="store_true", help=f"add {len(PAUSE_TEXTS)} turns with pauses between sentences")
+    p.add_argument("--pauses", action="store_true", help=f"piper: add {len(PAUSE_TEXTS)} turns with pauses between sentences")
     p.add_argument("--pause-from-stable", action="store_true", help="cut at pauses too (faster, less exact)")
     p.add_argument("--restart-at-pause", action="store_true", help="after a pause decode only the speech after it")
     p.add_argument("--json", help="write the summary and per-clip rows here")

@@ -2,8 +2,15 @@
 for our detector, VAD-only silence thresholds and LiveKit's v1-mini audio model.
 
 Dataset: DIR/NAME.wav (16 kHz mono) + DIR/NAME.json {"text", "kind", "speech", "pauses",
-"turn_end"}. A decision before turn_end is a false cutoff; otherwise latency = decision -
-turn_end, 3 s when no decision came. Clips are streamed in 20 ms frames."""
+"turn_end", optional "family"}. A decision before turn_end is a false cutoff; otherwise latency
+= decision - turn_end, 3 s when no decision came. Clips are streamed in 20 ms frames. False
+cutoffs are also counted apart on complete turns (only the speaker's own comma-length pauses)
+and on paused ones (an inserted mid-sentence pause), and per synthesizer family.
+
+With `stt=True` our detector runs with the real streaming STT in the loop: each clip is
+replayed through stt.StreamingTranscriber (every due decode done), and each interim /
+preflight text reaches push_transcript at its real time: the stream time of the newest audio
+it covers plus the wall time it took to come back (`turn_stt.stt_timeline`)."""
 
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ class Clip:
     audio: np.ndarray  # [N] float32 16 kHz
     turn_end: float
     kind: str
+    family: str = ""
+    text: str = ""
 
 
 def load_dataset(directory: str | Path) -> list[Clip]:
@@ -57,14 +66,26 @@ def load_dataset(directory: str | Path) -> list[Clip]:
         audio, sr = read_wav(meta_path.with_suffix(".wav"))
         if sr != ENGINE_RATE or audio.ndim != 1:
             raise ValueError(f"{meta_path.stem}: need 16 kHz mono, got {sr} Hz shape {audio.shape}")
-        clips.append(Clip(meta_path.stem, audio, float(meta["turn_end"]), meta["kind"]))
+        clips.append(Clip(meta_path.stem, audio, float(meta["turn_end"]), meta["kind"],
+                          str(meta.get("family", "")), str(meta.get("text", ""))))
     if not clips:
         raise ValueError(f"no NAME.json + NAME.wav clips in {directory}")
     return clips
 
 
-def score(decisions: list[float | None], clips: list[Clip]) -> dict:
-    return score_times(decisions, [c.turn_end for c in clips])
+def score(decisions: list[float | None], clips: list[Clip], by_family: bool = False) -> dict:
+    """score_times, plus false cutoffs on complete / paused turns apart (and per family)."""
+    out = score_times(decisions, [c.turn_end for c in clips])
+    for kind in ("complete", "paused"):
+        idx = [i for i, c in enumerate(clips) if c.kind == kind]
+        if idx:
+            cut = [decisions[i] is not None and decisions[i] < clips[i].turn_end for i in idx]
+            out[f"false_cutoff_{kind}"] = float(np.mean(cut))
+    families = sorted({c.family for c in clips if c.family})
+    if by_family and len(families) > 1:
+        out["families"] = {f: score([d for d, c in zip(decisions, clips) if c.family == f],
+                                    [c for c in clips if c.family == f]) for f in families}
+    return out
 
 
 def score_times(decisions: list[float | None], turn_ends: list[float]) -> dict:
@@ -79,14 +100,20 @@ def score_times(decisions: list[float | None], turn_ends: list[float]) -> dict:
     return out
 
 
-def run_ours(clips: list[Clip], det: EndOfTurnDetector) -> tuple[list[float | None], list[float]]:
-    """-> decision times, and the CPU time of every push that ran the classifier."""
+def run_ours(clips: list[Clip], det: EndOfTurnDetector,
+             timelines: list[list[tuple[float, str]]] | None = None) -> tuple[list[float | None], list[float]]:
+    """-> decision times, and the CPU time of every push that ran the classifier. `timelines`:
+    per clip the (arrival time, text) of the STT's interim / preflight events, handed to
+    push_transcript before the first frame that starts at or after the arrival."""
     stream = det.stream()
     decisions, costs = [], []
-    for c in clips:
+    for k, c in enumerate(clips):
         stream.reset()
         when = None
+        texts = list(timelines[k]) if timelines is not None else []
         for i in range(0, len(c.audio), FRAME):
+            while texts and texts[0][0] <= i / ENGINE_RATE:
+                stream.push_transcript(texts.pop(0)[1])
             n_eval = len(stream.evaluations)
             t0 = time.thread_time()  # CPU time of this thread: the cost on one core, not the
             ev = stream.push(c.audio[i : i + FRAME])  # wall time of a shared machine
@@ -127,16 +154,27 @@ def _first_decision(pauses, rule) -> float | None:
     return None
 
 
-def run(directory: str | Path, out: str | Path | None = None, with_v1: bool = True) -> dict:
+def run(directory: str | Path, out: str | Path | None = None, with_v1: bool = True, stt: bool = False,
+        stt_cache: str | Path | None = None) -> dict:
     clips = load_dataset(directory)
     det = EndOfTurnDetector.load()
     rows, costs_all = [], []
+    timelines = None
+    if stt:
+        from benchmarks.turn_stt import stt_timelines
+
+        timelines = stt_timelines(clips, stt_cache)
+        audio_only = EndOfTurnDetector(det.vad, det.classifier, det.policy)
+        decisions, _ = run_ours(clips, audio_only)
+        rows.append({"method": "ours-audio", "config": "shipped policy, no transcript",
+                     **score(decisions, clips, by_family=True)})
     for shift in SWEEP_SHIFTS:
         policy = sweep_policy(det.policy, shift) if shift else det.policy
-        decisions, costs = run_ours(clips, EndOfTurnDetector(det.vad, det.classifier, policy))
+        decisions, costs = run_ours(clips, det.with_policy(policy), timelines)
         costs_all += costs
         if not shift:
-            rows.insert(0, {"method": "ours", "config": "shipped policy", **score(decisions, clips)})
+            config = "shipped policy" + (", real STT in the loop" if stt else ", no transcript")
+            rows.insert(0, {"method": "ours", "config": config, **score(decisions, clips, by_family=True)})
         rows.append({"method": "ours-sweep", "config": f"bars {shift:+.1f} logit", **score(decisions, clips)})
     eot = None
     if with_v1:
@@ -146,14 +184,16 @@ def run(directory: str | Path, out: str | Path | None = None, with_v1: bool = Tr
     pauses = [vad_pauses(c, det.vad, eot) for c in clips]
     for thr in VAD_THRESHOLDS_S:
         dec = [_first_decision(p, lambda se, et, pr, thr=thr: se + thr) for p in pauses]
-        rows.append({"method": "vad", "config": f"silence={thr:.1f}s", **score(dec, clips)})
+        rows.append({"method": "vad", "config": f"silence={thr:.1f}s", **score(dec, clips, by_family=True)})
     if with_v1:
         for md in V1_MAX_DELAYS_S:
             for thr in V1_THRESHOLDS:
                 rule = lambda se, et, pr, thr=thr, md=md: et if pr >= thr else se + md  # noqa: E731
                 dec = [_first_decision(p, rule) for p in pauses]
-                rows.append({"method": "v1-mini", "config": f"thr={thr},max_delay={md}s", **score(dec, clips)})
-    report = {"clips": len(clips), "policy": asdict(det.policy), "rows": rows, "summary": summarize(rows),
+                rows.append({"method": "v1-mini", "config": f"thr={thr},max_delay={md}s",
+                             **score(dec, clips, by_family=True)})
+    report = {"clips": len(clips), "policy": asdict(det.policy), "stt_in_loop": stt, "rows": rows,
+              "summary": summarize(rows), "family_summary": family_summary(rows),
               "ours_decision_cost_ms": {"median": 1e3 * float(np.median(costs_all)),
                                         "p99": 1e3 * float(np.percentile(costs_all, 99)),
                                         "max": 1e3 * float(np.max(costs_all)), "n": len(costs_all)}}
@@ -176,6 +216,24 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
+def family_summary(rows: list[dict], cap: float = 0.05) -> dict:
+    """Per family and method: the lowest mean latency among configs at <= cap false cutoffs
+    on that family (the baselines' sweep points are read per family, eot-bench style; "ours"
+    is its one shipped policy)."""
+    out: dict = {}
+    for r in rows:
+        for fam, s in r.get("families", {}).items():
+            if s["false_cutoff_rate"] > cap or "latency_mean_s" not in s:
+                continue
+            best = out.setdefault(fam, {}).get(r["method"])
+            if best is None or s["latency_mean_s"] < best["latency_mean_s"]:
+                out[fam][r["method"]] = {"config": r["config"], "latency_mean_s": s["latency_mean_s"],
+                                         "false_cutoff_rate": s["false_cutoff_rate"],
+                                         "false_cutoff_complete": s.get("false_cutoff_complete"),
+                                         "false_cutoff_paused": s.get("false_cutoff_paused")}
+    return out
+
+
 def format_report(report: dict) -> str:
     lines = [f"{'method':10s} {'config':28s} {'FC%':>6s} {'mean':>6s} {'p50':>6s} {'p90':>6s}"]
     for r in report["rows"]:
@@ -187,6 +245,13 @@ def format_report(report: dict) -> str:
         for cap, best in caps.items():
             lines.append(f"  {method:10s} {cap}: " + (f"{best['latency_mean_s']:.3f} s ({best['config']}, "
                          f"FC {100 * best['false_cutoff_rate']:.1f}%)" if best else "none"))
+    ours = report["rows"][0]
+    for fam, s in ours.get("families", {}).items():
+        lines.append(f"  ours on {fam:10s}: FC {100 * s['false_cutoff_rate']:5.1f}% (complete "
+                     f"{100 * s.get('false_cutoff_complete', 0):.1f}%, paused {100 * s.get('false_cutoff_paused', 0):.1f}%), "
+                     f"mean {s.get('latency_mean_s', float('nan')):.3f} s")
+    for fam, methods in report.get("family_summary", {}).items():
+        lines.append(f"  {fam} at <= 5% FC: " + ", ".join(f"{m} {b['latency_mean_s']:.3f} s" for m, b in methods.items()))
     c = report["ours_decision_cost_ms"]
     lines.append(f"ours: CPU time of a push that ran the classifier (one thread): median {c['median']:.2f} ms, "
                  f"p99 {c['p99']:.2f} ms, max {c['max']:.2f} ms (n={c['n']})")

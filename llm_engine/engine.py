@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import queue
 import threading
 import time
 from pathlib import Path
@@ -23,10 +25,15 @@ from llm_engine.sampler import Sampler
 from llm_engine.sampling_params import SamplingParams
 from llm_engine.scheduler import Scheduler
 from llm_engine.sequence import Sequence, SequenceStatus
-from llm_engine.streaming import stream_chat
+from llm_engine.streaming import ChatStream
 from llm_engine.tokenizer import Tokenizer
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# LLMEngine.for_voice(): the voice loop's defaults (see benchmarks/llm_engine.py --stream)
+VOICE_WEIGHT_FORMAT = "int8"
+VOICE_SPECULATIVE = "auto"
 
 
 class LLMEngine:
@@ -50,12 +57,17 @@ class LLMEngine:
         self.runner = ModelRunner(model, self.kv, self.bm, self.device, graphs)
         self.sampler = Sampler()
         self.eos_token_ids = frozenset(mcfg.eos_token_ids) | frozenset(tokenizer.eos_token_ids)
+        # every admitted, unfinished request (queued or scheduled); its membership changes
+        # under _admit_lock only, which is never held across a model step
         self.requests: dict[str, Request] = {}
         self.speculative = None  # SpeculativeConfig: set by from_pretrained(speculative=...)
-        self.spec_metrics = None  # aggregate SpecMetrics of the last speculative generate()
-        self._lock = threading.RLock()
-        self._work = threading.Condition(self._lock)
-        self._pending_aborts: list[str] = []
+        self._spec = None  # the StepSpeculator built for self.speculative
+        self._lock = threading.RLock()  # held by step(): one model step at a time
+        self._admit_lock = threading.Lock()
+        self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()  # admitted, not yet scheduled
+        self._aborts: queue.SimpleQueue[Request] = queue.SimpleQueue()  # aborted, blocks not yet freed
+        self._wake = threading.Event()
+        self._in_step = False
         self._worker: threading.Thread | None = None
         self._ids = itertools.count()
 
@@ -86,7 +98,32 @@ class LLMEngine:
         engine.speculative = speculative
         return engine
 
-    # ---- requests -----------------------------------------------------------------
+    @classmethod
+    def for_voice(cls, path: str | Path | None = None, **overrides: Any) -> LLMEngine:
+        """The engine the voice loop and `parley serve` use: VOICE_DEFAULTS (chosen by
+        measurement, see the constant) with any from_pretrained() argument overriding them."""
+        from llm_engine.speculative.config import SpeculativeConfig
+
+        kw: dict[str, Any] = {"weight_format": VOICE_WEIGHT_FORMAT,
+                              "speculative": SpeculativeConfig(method=VOICE_SPECULATIVE)}
+        kw.update(overrides)
+        return cls.from_pretrained(path, **kw)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.bm.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks on the free list (a prefix-cached block nobody holds counts as free)."""
+        return self.bm.num_free_blocks
+
+    @property
+    def spec_metrics(self):
+        """Aggregate SpecMetrics since speculation was configured (None without it)."""
+        return None if self._spec is None else self._spec.metrics
+
+    # ---- requests (any thread; never waits for a running step) --------------------
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
@@ -100,8 +137,8 @@ class LLMEngine:
             raise ValueError(f"token ids must be integers in [0, {vocab})")
         return ids
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, sink: Sink | None = None) -> str:
+    def _checked(self, prompt: str | list[int], params: SamplingParams | None
+                 ) -> tuple[list[int], SamplingParams]:
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
@@ -110,16 +147,47 @@ class LLMEngine:
         if len(ids) >= limit:
             raise ValueError(f"prompt has {len(ids)} tokens; the limit is {limit - 1} "
                              f"(context {self.max_model_len}, cache {self.bm.block_size * len(self.bm.blocks)})")
-        with self._lock:
-            rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        return ids, params
+
+    def _new_id(self) -> str:
+        return f"req-{next(self._ids)}"
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, sink: Sink | None = None) -> str:
+        """Queue a request for the engine thread; returns its id at once. Bad input raises
+        ValueError here. sink(delta, final) is called from the engine thread. A request id
+        stays taken until the request's blocks are freed (normally within one step)."""
+        ids, params = self._checked(prompt, params)
+        return self._admit(ids, params, request_id, sink)
+
+    def _admit(self, ids: list[int], params: SamplingParams, request_id: str | None, sink: Sink | None,
+               prefill_only: bool = False) -> str:
+        rid = request_id if request_id is not None else self._new_id()
+        detok = IncrementalDetokenizer(self.tokenizer, params.stop, params.skip_special_tokens,
+                                       params.include_stop_str_in_output)
+        req = Request(Sequence(rid, ids, params, prefill_only=prefill_only), detok, sink)
+        with self._admit_lock:
             if rid in self.requests:
                 raise ValueError(f"request id {rid!r} is already running")
-            seq = Sequence(rid, ids, params)
-            detok = IncrementalDetokenizer(self.tokenizer, params.stop, params.skip_special_tokens,
-                                           params.include_stop_str_in_output)
-            self.requests[rid] = Request(seq, detok, sink)
-            self.scheduler.add(seq)
-            self._work.notify_all()
+            self.requests[rid] = req
+        self._inbox.put(req)
+        self._wake.set()
+        return rid
+
+    def prefill(self, messages: list[dict[str, Any]], request_id: str | None = None) -> str:
+        """Compute and cache the KV of a conversation's prompt without generating (prefill
+        ahead: a voice session sends the interim transcript while the user still speaks).
+
+        The prompt is the chat template applied exactly as stream_chat applies it, generation
+        prompt included: when the final transcript equals the interim one, the real request's
+        prompt IS this prompt and every full block of it hits; when the last words changed,
+        the blocks before the change hit either way. Runs in the engine thread (call
+        ensure_worker(), or step()), generates nothing, never preempts or evicts a running
+        request (a prefill that does not fit is dropped, finish_reason "abort"), and
+        abort(id) cancels it. Its final RequestOutput (finish_reason "prefill") goes nowhere."""
+        ids, params = self._checked(self.encode_chat(messages), SamplingParams(max_tokens=1))
+        rid = self._admit(ids, params, request_id, None, prefill_only=True)
+        self.ensure_worker()
         return rid
 
     @property
@@ -127,57 +195,140 @@ class LLMEngine:
         return min(self.max_model_len, self.bm.block_size * len(self.bm.blocks))
 
     def abort(self, request_id: str) -> bool:
-        """Stop a request now and free its blocks. Never waits on a running model step: if
-        one is in flight the blocks are freed as soon as it returns. False if unknown."""
-        if self._lock.acquire(blocking=False):
-            try:
-                return self._abort_locked(request_id)
-            finally:
-                self._lock.release()
+        """Stop a request now (its stream ends with finish_reason "abort") and free its blocks:
+        at once when no step is running, else as soon as the running step returns. Safe from
+        any thread and from inside a sink. False if the id is unknown or already finished."""
         req = self.requests.get(request_id)
         if req is None or req.output is not None:
             return False
-        self._pending_aborts.append(request_id)
-        req.finish("abort")  # end the stream at once; the blocks go when the step returns
-        return True
-
-    def _abort_locked(self, request_id: str) -> bool:
-        req = self.requests.pop(request_id, None)
-        if req is None:
-            return False
-        self.scheduler.remove(req.seq)
-        req.seq.status = SequenceStatus.FINISHED
-        self.sampler.release(request_id)
+        self._aborts.put(req)
         req.finish("abort")
+        self._wake.set()
+        if self._lock.acquire(blocking=False):  # the caller may be the engine thread (a sink)
+            try:
+                if not self._in_step:
+                    self._drain_aborts()
+            finally:
+                self._lock.release()
         return True
 
-    # ---- the step loop ------------------------------------------------------------
+    # ---- the step loop (engine lock held) ---------------------------------------------
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work()
+        return bool(self.requests) or self.scheduler.has_work()
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                req = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if req.output is None:
+                self.scheduler.add(req.seq)
+
+    def _drain_aborts(self) -> None:
+        while True:
+            try:
+                req = self._aborts.get_nowait()
+            except queue.Empty:
+                return
+            self._release(req)
+
+    def _release(self, req: Request) -> None:
+        seq = req.seq
+        self.scheduler.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        self.sampler.release(seq.request_id)
+        if self._spec is not None:
+            self._spec.release(seq)
+        with self._admit_lock:
+            if self.requests.get(seq.request_id) is req:
+                del self.requests[seq.request_id]
+
+    def _speculator(self):
+        """The StepSpeculator for self.speculative (rebuilt when the config object changes)."""
+        cfg = self.speculative
+        if cfg is None:
+            self._spec = None
+        elif self._spec is None or self._spec.cfg is not cfg:
+            from llm_engine.speculative.step import StepSpeculator
+
+            self._spec = StepSpeculator(self, cfg)
+        return self._spec
 
     def step(self) -> list[RequestOutput]:
-        """One scheduler step: run the model once on the scheduled batch; return what finished."""
+        """One scheduler step: drafts (when speculating), one model pass over every scheduled
+        sequence's tokens, acceptance; returns the requests that finished."""
         with self._lock:
-            while self._pending_aborts:
-                self._abort_locked(self._pending_aborts.pop())
-            batch = self.scheduler.schedule()
-            if not batch:
-                return []
-            out = self.runner.run(batch)
-            for seq, n in zip(batch.seqs, batch.num_tokens):
-                seq.num_computed_tokens += n
+            self._in_step = True
+            try:
+                self._drain_inbox()
+                self._drain_aborts()
+                done = self._step_locked()
+            finally:
+                self._in_step = False
+            self._drain_aborts()
+            return done
+
+    def _step_locked(self) -> list[RequestOutput]:
+        spec = self._speculator()
+        if spec is not None:
+            spec.plan(self.scheduler.running)  # drafts appended to decoding sequences
+        batch = self.scheduler.schedule()
+        done = [self._finish(s, "abort") for s in self.scheduler.dropped if s.request_id in self.requests]
+        self.scheduler.dropped.clear()
+        if spec is not None:
+            spec.fit(batch, self.scheduler)  # drafts of sequences not scheduled whole are dropped
+        if not batch:
+            return [o for o in done if o is not None]
+        t0 = time.perf_counter()
+        out = self.runner.run(batch, features=spec is not None and spec.wants_features)
+        at = dict(zip(out.sample_rows, out.logit_starts))
+        plain, verify = [], []
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_tokens)):
+            seq.num_computed_tokens += n
+            k = batch.drafts(i)
+            feats = None if out.features is None else out.features[out.row_starts[i]: out.row_starts[i] + n]
+            if k == 0:
                 self.bm.commit_full_blocks(seq)
-            seqs = [batch.seqs[i] for i in out.sample_rows]
-            tokens = self.sampler.sample(out.logits, [(s.request_id, s.params, s.token_ids) for s in seqs])
-            return [o for s, t in zip(seqs, tokens) if (o := self._append(s, t)) is not None]
+                if spec is not None and feats is not None:
+                    spec.observe(seq, feats)
+            j = at.get(i)
+            if j is None:
+                continue
+            if seq.prefill_only:
+                done.append(self._finish(seq, "prefill"))
+            elif k:
+                verify.append((seq, out.logits[j: j + k + 1], feats))
+            else:
+                plain.append((seq, j))
+        if plain:
+            rows = out.logits[[j for _, j in plain]]
+            tokens = self.sampler.sample(rows, [(s.request_id, s.params, s.token_ids) for s, _ in plain])
+            for (seq, _), tok in zip(plain, tokens):
+                if spec is not None:
+                    spec.record(seq, 0, 0, 1)
+                done.append(self._append(seq, tok))
+        for seq, logits, feats in verify:
+            done.extend(spec.verify(seq, logits, feats))
+        if spec is not None:
+            spec.observe_step(batch, time.perf_counter() - t0)
+        return [o for o in done if o is not None]
 
     def _append(self, seq: Sequence, token: int) -> RequestOutput | None:
-        req = self.requests[seq.request_id]
-        if req.output is not None:
-            return None  # aborted while this step ran
+        """Emit one accepted token; finish the request on a stop / the limit."""
+        reason = self._emit(seq, token)
+        return None if reason is None else self._finish(seq, reason)
+
+    def _emit(self, seq: Sequence, token: int) -> str | None:
+        """Append one accepted token, detokenize, stream the delta; -> the finish reason, if any
+        (the caller finishes the request). Also "abort" when the request was aborted meanwhile."""
+        req = self.requests.get(seq.request_id)
+        if req is None or req.seq is not seq or req.output is not None:
+            return "abort"  # aborted while this step ran: its blocks go after the step
         if req.t_first_token is None:
             req.t_first_token = time.perf_counter()
         seq.token_ids.append(token)
+        req.num_emitted += 1
         p = seq.params
         reason = None
         if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
@@ -187,19 +338,24 @@ class LLMEngine:
             reason = "stop"
         elif reason is None and (seq.num_output_tokens >= p.max_tokens or len(seq) >= self.token_limit):
             reason = "length"
-        if reason is None:
-            if req.sink is not None and delta:
-                req.sink(delta, None)
-            return None
         if req.sink is not None and delta:
             req.sink(delta, None)
-        self.scheduler.remove(seq)
-        seq.status = SequenceStatus.FINISHED
-        del self.requests[seq.request_id]
-        self.sampler.release(seq.request_id)
-        return req.finish(reason)
+        return reason
 
-    # ---- blocking API -------------------------------------------------------------
+    def _finish(self, seq: Sequence, reason: str) -> RequestOutput | None:
+        req = self.requests.get(seq.request_id)
+        if req is None or req.seq is not seq or req.output is not None:
+            return None  # already finished (an abort frees it when the step ends)
+        extra = None if self._spec is None else self._spec.request_metrics(seq)
+        self._release(req)
+        return req.finish(reason, extra)
+
+    def is_running(self, request_id: str) -> bool:
+        """True while the request is admitted and unfinished (queued, prefilling or decoding)."""
+        req = self.requests.get(request_id)
+        return req is not None and req.output is None
+
+    # ---- blocking API: thin wrappers over the step loop --------------------------------
     def generate(self, prompts: list[str] | list[list[int]] | str,
                  params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
@@ -209,25 +365,21 @@ class LLMEngine:
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(plist)} SamplingParams for {len(prompts)} prompts")
-        spec = getattr(self, "speculative", None)
-        if spec is not None:
-            from llm_engine.speculative.engine_generate import generate_speculative, speculation_applies
-
-            temps = {p.temperature for p in plist if p is not None}
-            if all(p is not None and speculation_applies(p) for p in plist) and len(temps) == 1:
-                with self._lock:
-                    outs, self.spec_metrics = generate_speculative(
-                        self, spec, [self._prompt_ids(p) for p in prompts], plist)
-                return outs
+        checked = [self._checked(pr, pa) for pr, pa in zip(prompts, plist)]  # all valid before any runs
         results: dict[str, RequestOutput] = {}
 
         def sink(_delta: str, final: RequestOutput | None) -> None:
             if final is not None:
                 results[final.request_id] = final
 
-        rids = [self.add_request(pr, pa, sink=sink) for pr, pa in zip(prompts, plist)]
-        while any(r not in results for r in rids):
-            self.step()
+        rids = [self._admit(ids, pa, None, sink) for ids, pa in checked]
+        try:
+            while any(r not in results for r in rids):
+                self.step()
+        except BaseException:  # an interrupted or failed call leaves nothing behind
+            for r in rids:
+                self.abort(r)
+            raise
         return [results[r] for r in rids]
 
     def chat(self, conversations: list[list[dict[str, Any]]],
@@ -241,24 +393,51 @@ class LLMEngine:
             raise ValueError("empty conversation")
         return self.tokenizer.encode_chat(messages)
 
-    # ---- async streaming (worker thread) ------------------------------------------
-    def stream_chat(self, messages, params: SamplingParams | None = None, request_id: str | None = None):
-        """Async generator of text deltas; see llm_engine.streaming."""
-        return stream_chat(self, messages, params, request_id)
+    # ---- async streaming (the engine thread) ------------------------------------------
+    def stream_chat(self, messages: list[dict[str, Any]], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> ChatStream:
+        """A ChatStream of text deltas (llm_engine.streaming); bad input raises ValueError here.
+        Admission is a queue put: the calling (event-loop) thread never waits for the engine
+        lock. `.output` holds the final RequestOutput once the stream has ended."""
+        ids, params = self._checked(self.encode_chat(messages), params)
+        rid = request_id if request_id is not None else self._new_id()
+
+        def start(sink: Sink) -> str:
+            self._admit(ids, params, rid, sink)
+            self.ensure_worker()
+            return rid
+
+        return ChatStream(rid, start, self.abort)
 
     def ensure_worker(self) -> None:
-        with self._lock:
+        """Start the engine thread if it is not running (it exits after 30 s idle)."""
+        with self._admit_lock:
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._worker_loop, name="llm-engine", daemon=True)
                 self._worker.start()
 
     def _worker_loop(self) -> None:
         while True:
-            with self._work:
-                if not self.scheduler.has_work() and not self._pending_aborts:
-                    if not self._work.wait(timeout=30.0):
-                        self._worker = None
-                        return  # idle: the next stream starts a fresh worker
-                    continue
+            self._wake.clear()
+            if not self.has_unfinished() and self._inbox.empty():
+                if not self._wake.wait(timeout=30.0):
+                    with self._admit_lock:
+                        if self._inbox.empty() and not self.requests:
+                            self._worker = None
+                            return  # idle: the next request starts a fresh worker
+                continue
+            try:
                 self.step()
-            time.sleep(0)  # let abort()/add_request() threads take the lock between steps
+            except Exception as exc:  # any failure must end the streams, not hang them
+                self._fail_all(exc)
+            time.sleep(0)  # let a generate() caller take the lock between steps
+
+    def _fail_all(self, exc: Exception) -> None:
+        """A step raised in the engine thread: every live request ends with finish_reason
+        "error" (a ChatStream raises ParleyError) and gives its blocks back; the engine stays
+        usable for new requests."""
+        log.exception("engine step failed; failing %d request(s)", len(self.requests))
+        with self._lock:
+            for req in list(self.requests.values()):
+                self._release(req)
+                req.finish("error", error=f"{type(exc).__name__}: {exc}")

@@ -1,19 +1,25 @@
 """A timed fake of LLMEngine for pipeline tests: scripted replies, configurable time to first
-token and per-token delay, the same public methods (generate, chat, encode_chat, stream_chat,
-abort) and the same error rules, no model. A "token" is a word with its leading space."""
+token and per-token delay, the same public surface (generate, chat, encode_chat, add_request,
+stream_chat -> ChatStream, prefill, abort, ensure_worker, num_blocks / num_free_blocks) and the
+same error rules, no model. A "token" is a word with its leading space.
+
+Requests play in their own thread and call the sink like the engine thread does. A request
+holds ceil(tokens / block_size) "blocks" while it runs; num_cached_tokens is the longest
+common token prefix with any earlier prompt or prefill, rounded down to whole blocks."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from llm_engine.outputs import RequestOutput
+from llm_engine.request import Sink
 from llm_engine.sampling_params import SamplingParams
+from llm_engine.streaming import ChatStream
 
 Reply = str | Callable[[list[dict[str, Any]]], str]
 
@@ -22,15 +28,21 @@ class FakeLLM:
     """Reply k is script[k % len(script)] (a string, or a function of the messages)."""
 
     def __init__(self, script: list[Reply] | tuple[Reply, ...] = ("Sure, I can help with that.",), *,
-                 ttft_s: float = 0.05, token_s: float = 0.01) -> None:
+                 ttft_s: float = 0.05, token_s: float = 0.01, num_blocks: int = 1024, block_size: int = 16) -> None:
         if not script or ttft_s < 0 or token_s < 0:
             raise ValueError("need a non-empty script and delays >= 0")
+        if num_blocks <= 0 or block_size <= 0:
+            raise ValueError("num_blocks and block_size must be positive")
         self.script, self.ttft_s, self.token_s = list(script), ttft_s, token_s
+        self.num_blocks, self.block_size = num_blocks, block_size
         self._turn = itertools.count()
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._live: dict[str, threading.Event] = {}  # request id -> aborted flag
+        self._held: dict[str, int] = {}  # request id -> blocks it holds
+        self._seen: list[list[int]] = []  # prompts computed so far (the "prefix cache")
         self.requests: list[list[dict[str, Any]]] = []  # every conversation asked, in order
+        self.prefills: list[list[dict[str, Any]]] = []  # every conversation prefilled, in order
 
     # ---- the engine's API ---------------------------------------------------------
     def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
@@ -38,6 +50,11 @@ class FakeLLM:
             raise ValueError("empty conversation")
         text = " ".join(str(m.get("content", "")) for m in messages)
         return [hash(w) % 50000 for w in text.split()] or [0]
+
+    @property
+    def num_free_blocks(self) -> int:
+        with self._lock:
+            return self.num_blocks - sum(self._held.values())
 
     def generate(self, prompts, params: SamplingParams | None = None) -> list[RequestOutput]:
         if isinstance(prompts, str):
@@ -52,30 +69,35 @@ class FakeLLM:
             raise ValueError("chat takes a list of conversations (each a list of messages)")
         return [self._finish(self._new_id(None), c, params) for c in conversations]
 
-    async def stream_chat(self, messages: list[dict[str, Any]], params: SamplingParams | None = None,
-                          request_id: str | None = None) -> AsyncIterator[str]:
-        self.encode_chat(messages)  # same validation as the engine
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, sink: Sink | None = None) -> str:
+        if not prompt:
+            raise ValueError("empty prompt")
+        text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+        return self._start([{"role": "user", "content": text}], params, self._new_id(request_id), sink)
+
+    def stream_chat(self, messages: list[dict[str, Any]], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> ChatStream:
+        self.encode_chat(messages)  # same validation as the engine: raises here
         rid = self._new_id(request_id)
-        aborted = self._register(rid)
-        done = False
-        try:
-            tokens, _ = self._reply(messages, params)
-            for i, tok in enumerate(tokens):
-                await asyncio.sleep(self.ttft_s if i == 0 else self.token_s)
-                if aborted.is_set():
-                    break
-                yield tok
-            done = True
-        finally:
-            with self._lock:
-                self._live.pop(rid, None)
-            if not done:
-                aborted.set()  # the consumer stopped listening (barge-in)
+        return ChatStream(rid, lambda sink: self._start(messages, params, rid, sink), self.abort)
+
+    def prefill(self, messages: list[dict[str, Any]], request_id: str | None = None) -> str:
+        """Records the prompt as cached (at once); later prompts extending it report the hit."""
+        ids = self.encode_chat(messages)
+        rid = self._new_id(request_id)
+        with self._lock:
+            self.prefills.append(list(messages))
+            self._seen.append(ids)
+        return rid
+
+    def ensure_worker(self) -> None:
+        """Nothing to start: each request plays in its own thread."""
 
     def abort(self, request_id: str) -> bool:
         with self._lock:
             ev = self._live.get(request_id)
-        if ev is None:
+        if ev is None or ev.is_set():
             return False
         ev.set()
         return True
@@ -88,16 +110,60 @@ class FakeLLM:
                 raise ValueError(f"request id {rid!r} is already running")
         return rid
 
-    def _register(self, rid: str) -> threading.Event:
+    def _cached(self, ids: list[int]) -> int:
+        best = 0
+        for seen in self._seen:
+            n = next((i for i, (a, b) in enumerate(zip(seen, ids)) if a != b), min(len(seen), len(ids)))
+            best = max(best, n)
+        best = min(best, len(ids) - 1)  # the last prompt token is always computed, as in the engine
+        return best - best % self.block_size
+
+    def _start(self, messages: list[dict[str, Any]], params: SamplingParams | None, rid: str,
+               sink: Sink | None) -> str:
+        ids = self.encode_chat(messages)
+        tokens, reason = self._reply(messages, params)
         ev = threading.Event()
         with self._lock:
+            if rid in self._live:
+                raise ValueError(f"request id {rid!r} is already running")
             self._live[rid] = ev
-        return ev
+            cached = self._cached(ids)
+            self._seen.append(ids)
+            self._held[rid] = -(-len(ids) // self.block_size)
+        threading.Thread(target=self._play, args=(rid, ids, cached, tokens, reason, sink, ev),
+                         name=f"fake-llm-{rid}", daemon=True).start()
+        return rid
+
+    def _play(self, rid: str, ids: list[int], cached: int, tokens: list[str], reason: str,
+              sink: Sink | None, aborted: threading.Event) -> None:
+        t0 = time.perf_counter()
+        ttft, sent = None, 0
+        for i, tok in enumerate(tokens):
+            if aborted.wait(self.ttft_s if i == 0 else self.token_s):
+                break
+            ttft = ttft if ttft is not None else time.perf_counter() - t0
+            sent += 1
+            with self._lock:
+                self._held[rid] = -(-(len(ids) + sent) // self.block_size)
+            if sink is not None:
+                sink(tok, None)
+        if aborted.is_set():
+            reason = "abort"
+        with self._lock:
+            self._live.pop(rid, None)
+            self._held.pop(rid, None)
+        metrics = {"total_s": time.perf_counter() - t0}
+        if ttft is not None:
+            metrics["ttft_s"] = ttft
+        out = RequestOutput(rid, ids, list(range(sent)), "".join(tokens[:sent]).strip(), reason, cached, metrics)
+        if sink is not None:
+            sink("", out)
 
     def _reply(self, messages: list[dict[str, Any]], params: SamplingParams | None) -> tuple[list[str], str]:
         params = params or SamplingParams()
-        self.requests.append(list(messages))
-        reply = self.script[next(self._turn) % len(self.script)]
+        with self._lock:
+            self.requests.append(list(messages))
+            reply = self.script[next(self._turn) % len(self.script)]
         text = reply(messages) if callable(reply) else reply
         tokens = re.findall(r"\s*\S+", text)
         reason = "stop"
@@ -110,10 +176,13 @@ class FakeLLM:
         return tokens, reason
 
     def _finish(self, rid: str, messages: list[dict[str, Any]], params: SamplingParams | None) -> RequestOutput:
-        self.encode_chat(messages)
+        ids = self.encode_chat(messages)
         tokens, reason = self._reply(messages, params)
         t0 = time.perf_counter()
         time.sleep(self.ttft_s + self.token_s * max(0, len(tokens) - 1))
         total = time.perf_counter() - t0
-        return RequestOutput(rid, self.encode_chat(messages), list(range(len(tokens))), "".join(tokens).strip(),
-                             reason, metrics={"ttft_s": self.ttft_s, "total_s": total})
+        with self._lock:
+            cached = self._cached(ids)
+            self._seen.append(ids)
+        return RequestOutput(rid, ids, list(range(len(tokens))), "".join(tokens).strip(),
+                             reason, cached, metrics={"ttft_s": self.ttft_s, "total_s": total})

@@ -11,6 +11,9 @@ class RequestOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]  # generated tokens only
     text: str
-    finish_reason: str | None  # "stop" | "length" | "abort"
+    # "stop" | "length" | "abort" | "prefill" (engine.prefill done) | "error" (see `error`)
+    finish_reason: str | None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-    metrics: dict[str, float] = field(default_factory=dict)  # ttft_s, total_s
+    # ttft_s, total_s; with speculation also drafted, accepted, passes, tokens_per_pass
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None  # finish_reason "error": what failed in the engine thread

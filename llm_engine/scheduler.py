@@ -1,10 +1,14 @@
 """Continuous batching: running sequences first (decodes and prefill chunks), then admissions,
-under a per-step token budget; preemption by recompute when the cache is full."""
+under a per-step token budget; preemption by recompute when the cache is full.
+
+Prefill-ahead sequences (Sequence.prefill_only, engine.prefill()) are hints, never a reason
+to evict a request's blocks: when the cache is full they are the first victims, one that does
+not fit is dropped (listed in `dropped` for the engine to finish), and they never preempt."""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llm_engine.block_manager import BlockManager
 from llm_engine.sequence import Sequence, SequenceStatus
@@ -14,6 +18,11 @@ from llm_engine.sequence import Sequence, SequenceStatus
 class ScheduledBatch:
     seqs: list[Sequence]
     num_tokens: list[int]  # new tokens computed for each sequence this step
+    # speculative drafts at the end of each sequence's chunk (every one needs logits); [] = none
+    num_draft: list[int] = field(default_factory=list)
+
+    def drafts(self, i: int) -> int:
+        return self.num_draft[i] if self.num_draft else 0
 
     def __bool__(self) -> bool:
         return bool(self.seqs)
@@ -27,6 +36,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.dropped: list[Sequence] = []  # prefill-only sequences given up for lack of blocks
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -42,7 +52,18 @@ class Scheduler:
             self.waiting.remove(seq)
         self.bm.free_seq(seq)
 
+    def _drop(self, seq: Sequence) -> None:
+        self.bm.commit_full_blocks(seq)  # what it computed stays in the prefix cache
+        self.remove(seq)
+        self.dropped.append(seq)
+
+    def _victim(self) -> Sequence:
+        return next((s for s in reversed(self.running) if s.prefill_only), self.running[-1])
+
     def _preempt(self, seq: Sequence) -> None:
+        if seq.prefill_only:
+            self._drop(seq)
+            return
         # Recompute later: its full blocks stay hashed, so re-admission usually hits the cache.
         self.running.remove(seq)
         self.bm.commit_full_blocks(seq)
@@ -62,7 +83,7 @@ class Scheduler:
                 continue
             n = min(seq.num_uncomputed, budget)
             while not self.bm.allocate(seq, seq.num_computed_tokens + n):
-                victim = self.running[-1]
+                victim = seq if seq.prefill_only else self._victim()
                 self._preempt(victim)
                 if victim is seq:
                     break
@@ -76,6 +97,10 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             if not self.bm.allocate(seq, seq.num_computed_tokens + n):
                 self.bm.free_seq(seq)  # give back the prefix blocks it took; retry next step
+                if seq.prefill_only:
+                    self.waiting.popleft()
+                    self.dropped.append(seq)
+                    continue
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING

@@ -31,6 +31,7 @@ class Sequence:
     finish_reason: str | None = None
     arrival: int = field(default_factory=lambda: next(_ids))
     num_preemptions: int = 0
+    prefill_only: bool = False  # engine.prefill(): compute and cache the prompt's KV, sample nothing
 
     def __post_init__(self) -> None:
         if not self.num_prompt_tokens:

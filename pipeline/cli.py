@@ -14,7 +14,9 @@ COMMAND_MODULES = (
     "pipeline.commands.bench",
     "pipeline.commands.say",
     "pipeline.commands.transcribe",
+    "pipeline.commands.livekit",
     "pipeline.commands.serve",
+    "pipeline.commands.talk",
 )
 
 

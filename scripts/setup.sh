@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
-APT_PACKAGES=(espeak-ng g++)   # espeak-ng: the fallback TTS backend and a test voice; g++: the CPU kernels
+APT_PACKAGES=(espeak-ng g++ flite chromium chromium-driver)
+# espeak-ng: the fallback TTS backend and a test voice; g++: the CPU kernels; flite: voices of the
+# voice benchmark's sample (benchmarks/make_voice_sample.py) and of the turn-detection families;
+# chromium(-driver): the talk page's browser test
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -13,6 +13,9 @@ class TranscriberConfig:
     device: str = "auto"  # "auto" (CUDA when present), "cpu" or "cuda"
     compute_type: str = "auto"  # "auto": int8 on the CPU, float16 on CUDA
     cpu_threads: int = 1  # 2 shared cores: one thread per stage (see ASSETS thread budgets)
+    # Model replicas decoding at once: a flush that comes while an interim decode runs starts
+    # its own decode on the second one at once instead of waiting (the interim is abandoned).
+    decode_workers: int = 2
     # Beam 5 (faster-whisper's default) cost only ~10-20% more than greedy per short-window
     # decode here, and greedy interims committed "life" for "lights" on espeak speech.
     beam_size: int = 5  # interim decodes
@@ -33,8 +36,10 @@ class TranscriberConfig:
     vad_neg_threshold: float = 0.35
     speech_pad_s: float = 0.2  # silence kept on each side of speech
     # A pause this long ends a speech run: the utterance so far is decoded and committed
-    # (preflight). Below the 250 ms endpointing allotment so the work is done when flush comes.
-    endpoint_silence_s: float = 0.2
+    # (preflight), and that decode is the final when the flush comes before more speech. 3 VAD
+    # windows (96 ms): at 200 ms the decode (~150-190 ms on one loaded core) was still running
+    # when a flush came 250 ms after the speech, and the final waited for it.
+    endpoint_silence_s: float = 0.09
     no_speech_threshold: float = 0.6
     # At a pause and at flush, decode only the audio after the stable prefix (prompted with it):
     # fewer tokens to decode where latency counts.
@@ -59,6 +64,8 @@ class TranscriberConfig:
             raise ValueError(f"model must be one of {MODEL_KEYS}, got {self.model!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.decode_workers < 1:
+            raise ValueError("decode_workers must be >= 1")
         if self.cpu_threads < 1 or self.beam_size < 1 or self.final_beam_size < 1 or self.commit_guard_s < 0:
             raise ValueError("cpu_threads, beam sizes must be >= 1 and commit_guard_s >= 0")
         if not 0.05 <= self.interval_s <= 10:

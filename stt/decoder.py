@@ -1,5 +1,6 @@
 """One Whisper decode of a short buffer on faster-whisper's CTranslate2 model, with a window
-shorter than Whisper's 30 s and word timestamps. Not thread-safe: one caller thread at a time."""
+shorter than Whisper's 30 s and word timestamps. Up to `decode_workers` threads may decode at
+once (CTranslate2 runs each call on a free replica)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ class WhisperDecoder:
         path = model_path(config.model)
         try:
             self.model = WhisperModel(str(path), device=self.device, compute_type=self.compute_type,
-                                      cpu_threads=config.cpu_threads, num_workers=1)
+                                      cpu_threads=config.cpu_threads,
+                                      num_workers=config.decode_workers)
         except (RuntimeError, ValueError, OSError) as e:
             raise ModelError(config.model, f"CTranslate2 could not load {path}: {e}") from e
         lang = config.language if self.model.model.is_multilingual else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from parley.audio import AudioFrame, validate_audio
 from stt.decoder import SAMPLE_RATE
 from stt.events import TranscriptEvent, Word
+from stt.speech_gate import CHUNK, check_speech_probs
 
 
 class FakeTranscriber:
@@ -30,6 +32,7 @@ class FakeTranscriber:
         self.prompt = ""
         self._lock = threading.Lock()
         self._turn = 0
+        self._pushed = 0  # samples ever pushed: VAD windows count from the first
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -47,14 +50,21 @@ class FakeTranscriber:
         text = " ".join(ws)
         return TranscriptEvent(kind, text, text, words, self._audio_s, self.interim_delay_s, 0.0, self._turn)
 
-    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE) -> list[TranscriptEvent]:
+    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE, *,
+             speech_probs: Sequence[float] | None = None) -> list[TranscriptEvent]:
+        """As StreamingTranscriber.push. With `speech_probs` (same count rule), speech is the
+        windows with probability >= 0.5 instead of frames louder than `silence_rms`."""
         if isinstance(audio, AudioFrame):
             x = validate_audio(audio.samples, audio.sample_rate)
         else:
             x = validate_audio(audio, sample_rate)
         with self._lock:
+            probs = None if speech_probs is None else check_speech_probs(speech_probs, self._pushed, len(x))
+            self._pushed += len(x)
             self._audio_s += len(x) / SAMPLE_RATE
-            if float(np.sqrt(np.mean(x * x))) > self.silence_rms:
+            if probs is not None:
+                self._speech_s += int((probs >= 0.5).sum()) * CHUNK / SAMPLE_RATE
+            elif float(np.sqrt(np.mean(x * x))) > self.silence_rms:
                 self._speech_s += len(x) / SAMPLE_RATE
             n = min(len(self._words()), int(self._speech_s * self.words_per_s))
             if n > self._shown:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from concurrent.futures import Future
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -14,8 +15,8 @@ from parley.audio import AudioFrame, validate_audio
 from stt.config import TranscriberConfig
 from stt.decoder import SAMPLE_RATE, WhisperDecoder
 from stt.events import TranscriptEvent
-from stt.speech_gate import SpeechGate
-from stt.utterance import Utterance
+from stt.speech_gate import SpeechGate, check_speech_probs
+from stt.utterance import DecodeJob, Utterance
 
 
 class StreamingTranscriber:
@@ -28,7 +29,9 @@ class StreamingTranscriber:
         self._gate = SpeechGate(self.config.vad_threshold, self.config.vad_neg_threshold,
                                 self.config.speech_pad_s)
         self._cond = threading.Condition()
-        self._inbox: list[tuple[np.ndarray, float, float]] = []  # (samples, stream t0, wall)
+        self._inbox: list[tuple[np.ndarray, float, float, np.ndarray | None]] = []  # (samples, t0, wall, probs)
+        self._dropped: list[tuple[np.ndarray, float, float, np.ndarray | None]] = []  # reset: gate only
+        self._pushed = 0  # 16 kHz samples ever pushed: the VAD windows count from the first
         self._outbox: list[TranscriptEvent] = []
         self._flush: tuple[Future, float] | None = None
         self._reset_to: int | None = None
@@ -38,13 +41,26 @@ class StreamingTranscriber:
         self._busy = False
         self._closed = False
         self._error: BaseException | None = None
+        self._pool = ThreadPoolExecutor(self.config.decode_workers, thread_name_prefix="stt-decode")
+        self._running: list[DecodeJob] = []  # decodes in flight, abandoned ones included
+        self._done: list[tuple[DecodeJob, BaseException | None]] = []
+        self._live: list[DecodeJob] = []  # worker only: this utterance's decodes whose result counts
+        self._flush_waits_for: DecodeJob | None = None  # worker only: the decode the final will be
+        self._final_decode_s = 0.0  # worker only: decode time of this turn's "final" decodes
         self._utt = Utterance(self.config, self._decoder, self._gate, prompt, 0)
         self._thread = threading.Thread(target=self._run, name="stt-worker", daemon=True)
         self._thread.start()
 
     # -- caller side ----------------------------------------------------------------------
-    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE) -> list[TranscriptEvent]:
-        """Queue audio (any size; other rates / stereo converted). Returns events ready now."""
+    def push(self, audio: np.ndarray | AudioFrame, sample_rate: int = SAMPLE_RATE, *,
+             speech_probs: Sequence[float] | None = None) -> list[TranscriptEvent]:
+        """Queue audio (any size; other rates / stereo converted). Returns events ready now.
+
+        `speech_probs`: the session's VAD probabilities, one per 512-sample 16 kHz window this
+        push completes, windows counted over everything ever pushed here (reset and flush do
+        not move them; other rates count after conversion). The speech gate then uses them
+        instead of its own Silero model. A wrong count raises AudioFormatError (a ValueError)
+        and queues nothing."""
         if isinstance(audio, AudioFrame):
             samples = validate_audio(audio.samples, audio.sample_rate)
             t0 = audio.timestamp_s
@@ -53,9 +69,11 @@ class StreamingTranscriber:
             t0 = None
         with self._cond:
             self._raise_if_failed()
+            probs = None if speech_probs is None else check_speech_probs(speech_probs, self._pushed, len(samples))
+            self._pushed += len(samples)
             t0 = self._clock if t0 is None else t0
             self._clock = t0 + len(samples) / SAMPLE_RATE
-            self._inbox.append((samples, t0, time.perf_counter()))
+            self._inbox.append((samples, t0, time.perf_counter(), probs))
             self._cond.notify_all()
             return self._take_events()
 
@@ -88,6 +106,7 @@ class StreamingTranscriber:
     def reset(self) -> None:
         """Drop the current turn (queued audio, pending events and a pending flush)."""
         with self._cond:
+            self._dropped.extend(self._inbox)  # the gate still sees it: windows stay aligned
             self._inbox.clear()
             self._outbox.clear()
             if self._flush is not None:
@@ -101,7 +120,7 @@ class StreamingTranscriber:
         """Block until all queued audio is processed (for offline replay and tests)."""
         with self._cond:
             return self._cond.wait_for(lambda: self._error is not None or self._closed or (
-                not self._inbox and not self._busy and self._flush is None), timeout)
+                not self._inbox and not self._busy and self._flush is None and not self._running), timeout)
 
     def close(self) -> None:
         with self._cond:
@@ -124,6 +143,11 @@ class StreamingTranscriber:
             raise RuntimeError(f"the transcriber's worker failed: {self._error!r}") from self._error
 
     # -- worker side ----------------------------------------------------------------------
+    # The worker thread owns the utterance and plans decodes; they run on `decode_workers`
+    # threads (one CTranslate2 replica each), so the worker keeps ingesting audio and answers
+    # a flush while a decode runs: a flush takes a pause decode in flight that covers all the
+    # speech, and never waits for one that does not (that one is abandoned, and the flush's
+    # own decode starts at once on the other replica).
     def _run(self) -> None:
         try:
             while self._work_once():
@@ -135,33 +159,104 @@ class StreamingTranscriber:
                     self._flush[0].set_exception(e)
                     self._flush = None
                 self._cond.notify_all()
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _decode_due(self) -> bool:
+        if self._flush is not None:
+            return False
+        kind = self._utt.due()
+        if kind == "interim":  # interims only on an idle model: they are never worth a wait
+            return not self._running
+        return kind == "pause" and len(self._running) < self.config.decode_workers
 
     def _work_once(self) -> bool:
         with self._cond:
             self._busy = False
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._closed or self._inbox or self._flush is not None
-                                or self._reset_to is not None or self._utt.should_decode())
+            self._cond.wait_for(lambda: self._closed or self._inbox or self._dropped or self._done
+                                or self._reset_to is not None or self._decode_due()
+                                or (self._flush is not None and self._flush_waits_for is None))
             if self._closed:
                 return False
             self._busy = True
             if self._reset_to is not None:
-                self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, self._reset_to)
+                self._new_utterance(self._reset_to)
                 self._reset_to = None
+            dropped, self._dropped = self._dropped, []
             chunks, self._inbox = self._inbox, []
+            done, self._done = self._done, []
             flush, turn = self._flush, self._utt.turn
             self._utt.prompt = self._prompt
-        for samples, t0, wall in chunks:
-            self._utt.ingest(samples, t0, wall)
+        for samples, _t0, _wall, probs in dropped:
+            self._gate.feed(samples, probs, keep=False)
+        for samples, t0, wall, probs in chunks:
+            self._utt.ingest(samples, t0, wall, probs)
+        for job, error in done:
+            if error is not None:
+                raise error
+            if job in self._live:  # not abandoned, this utterance's
+                self._live.remove(job)
+                event = self._utt.apply(job)
+                if job.kind == "final":
+                    self._final_decode_s += job.dt  # model time the flush itself caused
+                if job is self._flush_waits_for:
+                    self._flush_waits_for = None
+                with self._cond:
+                    if event is not None and self._turn == turn:
+                        self._outbox.append(event)
         if flush is not None:
-            event = self._utt.finalize(flush[1])
-            self._finish_turn(flush, event)
-            return True
-        event = self._utt.step()
-        with self._cond:
-            if event is not None and self._turn == turn:
-                self._outbox.append(event)
+            self._advance_flush(flush)
+        elif (kind := self._utt.due()) is not None and self._decode_due():
+            self._start(kind)
         return True
+
+    def _start(self, kind: str) -> DecodeJob:
+        if kind != "interim":  # a complete decode supersedes the interims in flight
+            self._abandon(lambda j: True)
+        job = self._utt.plan(kind)
+        self._live.append(job)
+        with self._cond:
+            self._running.append(job)
+        self._pool.submit(self._decode, job)
+        return job
+
+    def _decode(self, job: DecodeJob) -> None:  # on a decode thread
+        error = None
+        try:
+            job.run(self._decoder)
+        except Exception as e:  # handed to the worker, which fails the transcriber
+            error = e
+        with self._cond:
+            self._running.remove(job)
+            self._done.append((job, error))
+            self._cond.notify_all()
+
+    def _abandon(self, which) -> None:
+        for job in [j for j in self._live if which(j)]:
+            job.abandoned = True
+            self._live.remove(job)
+
+    def _advance_flush(self, flush: tuple[Future, float]) -> None:
+        utt = self._utt
+        if self._flush_waits_for is not None:
+            return
+        covering = next((j for j in self._live if utt.covered(j)), None)
+        if covering is not None:  # a pause (or the final) decode in flight has all the speech
+            self._abandon(lambda j: j is not covering)
+            self._flush_waits_for = covering
+            return
+        if not utt.covered():  # speech no decode covers: decode it now, abandoning the rest
+            self._flush_waits_for = self._start("final")
+            return
+        event = utt.finalize(flush[1], self._final_decode_s)
+        self._finish_turn(flush, event)
+
+    def _new_utterance(self, turn: int) -> None:
+        self._abandon(lambda j: True)
+        self._flush_waits_for = None
+        self._final_decode_s = 0.0
+        self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, turn)
 
     def _finish_turn(self, flush: tuple[Future, float], event: TranscriptEvent) -> None:
         with self._cond:
@@ -169,6 +264,6 @@ class StreamingTranscriber:
                 return
             self._flush = None
             self._turn += 1
-            self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, self._turn)
+            self._new_utterance(self._turn)
             flush[0].set_result(event)
             self._cond.notify_all()

@@ -1,9 +1,11 @@
 """One turn's worth of streaming decode state: the gated audio buffer, the stable prefix and
-the policy of when to decode. Owned and driven by the transcriber's worker thread only."""
+the policy of when to decode. Owned and driven by the transcriber's worker thread only; the
+decodes it plans (`DecodeJob`) may run on other threads, their results come back in `apply`."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,16 +16,41 @@ from stt.events import TranscriptEvent, Word, join_words
 from stt.speech_gate import SpeechGate
 
 
+@dataclass(eq=False)
+class DecodeJob:
+    """One planned decode. kind "interim": a growing buffer (LocalAgreement); "pause": speech
+    stopped, all of it becomes stable; "final": the flush's own decode."""
+
+    kind: str
+    start: int  # buffer sample the decoded audio starts at
+    n: int  # buffer length it covers
+    speech_upto: int  # the utterance's speech end when planned
+    audio: np.ndarray
+    prompt: str
+    beam: int
+    words: list = field(default_factory=list)  # results, set by `run`
+    dt: float = 0.0
+    abandoned: bool = False  # its result will be thrown away (a later decode supersedes it)
+
+    def run(self, decoder: WhisperDecoder) -> DecodeJob:
+        words, self.dt = decoder.decode(self.audio, self.prompt, self.beam)
+        self.words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
+        return self
+
+
 class Utterance:
     def __init__(self, config: TranscriberConfig, decoder: WhisperDecoder, gate: SpeechGate,
                  prompt: str = "", turn: int = 0) -> None:
         self.config, self.decoder, self.gate = config, decoder, gate
         self.prompt, self.turn = prompt, turn
-        gate.reset()
+        gate.new_turn()
         self.pieces: list[np.ndarray] = []
         self.n = 0  # samples in the buffer
         self.start = 0  # buffer sample where the next decode starts
-        self.decoded_upto = 0  # buffer length at the last decode
+        self.decoded_upto = 0  # buffer length covered by the last decode planned
+        self.speech_upto = 0  # buffer length up to the end of the last speech chunk
+        self.complete_upto = 0  # buffer length the pause / final decode applied last covered
+        self.complete_planned = 0  # buffer length the pause / final decode planned last covers
         self.timemap: list[tuple[int, float]] = []  # (buffer sample, stream time) breakpoints
         self.hyp = HypothesisBuffer()
         self.stream_s = 0.0  # stream time of the newest audio seen
@@ -32,9 +59,11 @@ class Utterance:
         self.preflight_text = ""
 
     # -- audio in -----------------------------------------------------------------------
-    def ingest(self, samples: np.ndarray, stream_t0: float, wall: float) -> None:
+    def ingest(self, samples: np.ndarray, stream_t0: float, wall: float, probs: np.ndarray | None = None) -> None:
         self.stream_s, self.push_wall = stream_t0 + len(samples) / SAMPLE_RATE, wall
-        kept = self.gate.feed(samples)
+        kept = self.gate.feed(samples, probs)
+        if self.gate.kept_speech_upto >= 0:
+            self.speech_upto = self.n + self.gate.kept_speech_upto
         if not kept:
             return
         total = sum(len(k) for k in kept)
@@ -61,49 +90,71 @@ class Utterance:
         return tuple(out)
 
     # -- decoding -----------------------------------------------------------------------
-    def should_decode(self) -> bool:
-        new = self.n - self.decoded_upto
-        if new <= 0:
-            return False
-        paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
-        return paused or new >= self.config.interval_s * SAMPLE_RATE
+    @property
+    def paused(self) -> bool:
+        """Speech stopped `endpoint_silence_s` ago (the gate's hysteresis, the session's VAD)."""
+        return not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
 
-    def _decode_from(self, start: int, final: bool = False) -> tuple[list[Word], float]:
+    def due(self) -> str | None:
+        """The decode due now: "pause" once speech stopped (all of it decoded at once, ready
+        for the flush), "interim" after `interval_s` more speech, else None."""
+        if self.paused and self.speech_upto > self.complete_planned:
+            return "pause"
+        if self.speech_upto > self.decoded_upto and self.n - self.decoded_upto >= self.config.interval_s * SAMPLE_RATE:
+            return "interim"
+        return None
+
+    def covered(self, job: DecodeJob | None = None) -> bool:
+        """All speech is in `job` (or in the pause / final decode applied last), with the
+        silence after it: its words can be the final."""
+        if job is not None:
+            return job.kind != "interim" and job.n >= self.speech_upto
+        return self.complete_upto >= self.speech_upto
+
+    def plan(self, kind: str) -> DecodeJob:
+        """The next decode: "interim" or "pause" (when due), "final" (at flush)."""
+        start = self._final_start() if kind == "final" or (kind == "pause" and self.config.pause_from_stable) \
+            else self.start
         audio = np.concatenate(self.pieces)[start: self.n] if self.pieces else np.zeros(0, np.float32)
         stable_before = [w for w in self.hyp.committed if w.end <= start / SAMPLE_RATE + 0.05]
         prompt = " ".join(s for s in (self.prompt, join_words(stable_before)) if s)
-        beam = self.config.final_beam_size if final else self.config.beam_size
-        words, dt = self.decoder.decode(audio, prompt, beam)
+        beam = self.config.beam_size if kind == "interim" else self.config.final_beam_size
         self.decoded_upto = self.n
-        return [w.shifted(start / SAMPLE_RATE) for w in words], dt
+        if kind != "interim":
+            self.complete_planned = self.n
+        return DecodeJob(kind, start, self.n, self.speech_upto, audio, prompt, beam)
 
-    def step(self) -> TranscriptEvent | None:
-        """Decode if due; return an interim or preflight event when the text changed."""
-        if not self.should_decode():
-            return None
-        paused = not self.gate.in_speech and self.gate.silence_s >= self.config.endpoint_silence_s
-        cut = paused and self.config.pause_from_stable
-        start = self._final_start() if cut else self.start
-        words, dt = self._decode_from(start, final=paused)
-        if paused:
+    def apply(self, job: DecodeJob, push_wall: float | None = None) -> TranscriptEvent | None:
+        """Take a finished decode's words; return an interim or preflight event when the text
+        changed (none for a final decode: `finalize` makes that event)."""
+        start = job.start
+        if job.kind != "interim":
             # a finished stretch of speech: its decode is what flush would return, so it is
             # stable now (whisper_streaming's VAD-segment finish); see restart_at_pause
-            self.hyp.commit_all(words, start / SAMPLE_RATE)
+            self.hyp.commit_all(job.words, start / SAMPLE_RATE)
+            self.complete_upto = job.n
             if self.config.restart_at_pause:
-                self.start = self.n
+                self.start = max(self.start, job.n)
+            if job.kind == "final":
+                return None
         else:
-            self.hyp.insert(words, self.n / SAMPLE_RATE - self.config.commit_guard_s, start / SAMPLE_RATE)
+            self.hyp.insert(job.words, job.n / SAMPLE_RATE - self.config.commit_guard_s, start / SAMPLE_RATE)
             self._trim()
         text = join_words(self.hyp.committed + self.hyp.tail)
         stable = join_words(self.hyp.committed)
-        kind = "preflight" if paused and stable and not self.hyp.tail else "interim"
+        kind = "preflight" if job.kind == "pause" and stable and not self.hyp.tail else "interim"
         if text == self.last_text and (kind == "interim" or stable == self.preflight_text):
             return None
         self.last_text = text
         if kind == "preflight":
             self.preflight_text = stable
-        return self._event(kind, text, stable, self.hyp.committed + self.hyp.tail, dt,
-                           time.perf_counter() - self.push_wall)
+        return self._event(kind, text, stable, self.hyp.committed + self.hyp.tail, job.dt,
+                           time.perf_counter() - (self.push_wall if push_wall is None else push_wall))
+
+    def step(self) -> TranscriptEvent | None:
+        """Decode now if due (on this thread) and apply it: the synchronous path."""
+        kind = self.due()
+        return None if kind is None else self.apply(self.plan(kind).run(self.decoder))
 
     def _trim(self) -> None:
         c = self.config
@@ -137,18 +188,23 @@ class Utterance:
             return self.start
         return max(self.start, self._cut_sample() - int(self.config.cut_context_s * SAMPLE_RATE))
 
-    def finalize(self, requested_wall: float) -> TranscriptEvent:
+    def finish(self, requested_wall: float) -> TranscriptEvent:
+        """Decode now if the applied decodes miss speech, then finalize: the synchronous path."""
         dt = 0.0
-        if self.n > self.decoded_upto:
-            start = self._final_start()
-            words, dt = self._decode_from(start, final=True)
-            self.hyp.commit_all(words, start / SAMPLE_RATE)
-        else:
-            self.hyp.commit(self.hyp.tail)
-            self.hyp.tail = []
+        if not self.covered():
+            job = self.plan("final").run(self.decoder)
+            self.apply(job)
+            dt = job.dt
+        return self.finalize(requested_wall, dt)
+
+    def finalize(self, requested_wall: float, decode_s: float = 0.0) -> TranscriptEvent:
+        """The final event, after the decode that covers all speech was applied (or none was
+        needed): what is still unstable becomes stable."""
+        self.hyp.commit(self.hyp.tail)
+        self.hyp.tail = []
         words = self.hyp.committed
         text = join_words(words)
-        return self._event("final", text, text, words, dt, time.perf_counter() - requested_wall)
+        return self._event("final", text, text, words, decode_s, time.perf_counter() - requested_wall)
 
     def _event(self, kind: str, text: str, stable: str, words: list[Word], dt: float,
                latency: float) -> TranscriptEvent:

@@ -63,3 +63,22 @@ def test_no_cycles_between_top_level_packages():
     for p in PACKAGES:
         if p not in state:
             visit(p, [])
+
+
+# Inside pipeline, livekit is the session's business: the plugins, the session and its I/O,
+# the worker. Transports (the talk page), the budget, the config and the CLI stay framework-free,
+# so a second transport or framework never reaches into them.
+LIVEKIT_MODULES = ("pipeline/plugins/", "pipeline/session.py", "pipeline/audio_io.py", "pipeline/worker.py",
+                   "pipeline/components.py", "pipeline/baseline.py")
+
+
+def test_only_the_session_layer_of_pipeline_imports_livekit():
+    offenders = [m for m, names in imports_of("pipeline").items()
+                 if "livekit" in names and not m.startswith(LIVEKIT_MODULES)]
+    assert not offenders, offenders
+
+
+def test_transports_reach_the_session_only_through_the_transport_boundary():
+    for module, names in imports_of("pipeline").items():
+        if module.startswith("pipeline/talk/"):
+            assert not names & {"livekit", "llm_engine", "stt", "tts", "turn_detection"}, module

@@ -69,3 +69,41 @@ def test_bad_input_is_rejected_like_the_engine():
         llm.chat(MSGS)
     with pytest.raises(ValueError, match="non-empty"):
         llm.generate([])
+
+
+def test_fake_has_the_engine_serving_surface():
+    from llm_engine.streaming import ChatStream
+
+    llm = FakeLLM(["One two three four."], ttft_s=0.0, token_s=0.005, block_size=2)
+    history = [{"role": "user", "content": "a b c d e f g h"}]
+
+    async def run():
+        rid = llm.prefill(history)
+        stream = llm.stream_chat([*history, {"role": "assistant", "content": "x"}], request_id="s")
+        assert isinstance(stream, ChatStream) and stream.request_id == "s" and stream.output is None
+        text = "".join([d async for d in stream])
+        return rid, text, stream.output
+
+    rid, text, out = asyncio.run(run())
+    assert text == "One two three four." and out.finish_reason == "stop" and len(out.token_ids) == 4
+    assert out.num_cached_tokens == 8 and "ttft_s" in out.metrics and llm.abort(rid) is False
+    assert llm.num_free_blocks == llm.num_blocks
+
+    got = []
+    llm.add_request("hello", SamplingParams(max_tokens=2), request_id="r", sink=lambda d, f: got.append((d, f)))
+    deadline = time.time() + 5
+    while (not got or got[-1][1] is None) and time.time() < deadline:
+        time.sleep(0.01)
+    assert [d for d, _ in got[:-1]] == ["One", " two"] and got[-1][1].finish_reason == "length"
+
+    async def barge_in():
+        stream = llm.stream_chat(history, request_id="b")
+        async for _ in stream:
+            break  # leaving the loop aborts the request
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if llm.num_free_blocks == llm.num_blocks:
+                return True
+        return False
+
+    assert asyncio.run(barge_in()) and llm.abort("b") is False

@@ -4,6 +4,9 @@ tiny.en decodes of Piper speech), so these run without a model."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -115,25 +118,58 @@ def test_a_repeat_in_the_audio_is_kept():
 
 
 # -- the whole utterance with a scripted decoder ----------------------------------------------
+def _space(piece: str) -> str:
+    """Whisper writes a piece that continues a word ($5 + .20) without a leading space."""
+    return "" if piece[:1] in (".", ",") else " "
+
+
 class ScriptedWhisper(WhisperDecoder):
     """Hears the scripted words (text, start, end in buffer time) whose middle lies in the
-    audio it gets; the buffer is a ramp (each sample's value is its time), so a decode knows
-    where it starts. `loop`: prompted, on under 2 s, it says its last two words again with
-    no time of their own, as tiny.en did. `unstable`: two decodes in a row never agree."""
+    audio it gets; the buffer is a ramp (each sample's value is its time / `scale`), so a
+    decode knows where it starts. `loop`: prompted, on under 2 s, it says its last two words
+    again with no time of their own, as tiny.en did. `unstable`: two decodes in a row never
+    agree. `partial`: what it hears of a word the audio ends inside ("tablespoons" cut after
+    "table" -> "tables."). `delay_s`: each decode takes this long; `log` records (start, end)
+    wall times of each decode, for the flush tests (decodes may run on two threads)."""
 
-    def __init__(self, spoken: list[tuple[str, float, float]], loop: bool = False, unstable: bool = False) -> None:
+    def __init__(self, spoken: list[tuple[str, float, float]], loop: bool = False, unstable: bool = False,
+                 partial: dict[str, str] | None = None, delay_s: float = 0.0, scale: float = 1.0) -> None:
         self.config = TranscriberConfig()
         self.spoken, self.loop, self.unstable = spoken, loop, unstable
+        self.partial, self.delay_s, self.scale = partial or {}, delay_s, scale
         self.calls = 0
+        self.cuts = 0  # decodes that heard a word cut short
+        self.log: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+
+    def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None):
+        t0 = time.perf_counter()
+        time.sleep(self.delay_s)
+        out = super().decode(audio, prompt, beam_size)
+        with self._lock:
+            self.log.append((t0, time.perf_counter()))
+        return out
 
     def _encode(self, audio: np.ndarray) -> tuple[float, int]:
-        return float(audio[0]), 0
+        return float(audio[0]) * self.scale, 0
 
     def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
         t0, _ = encoded
-        self.calls += 1
-        suffix = "ab"[self.calls % 2] if self.unstable else ""
-        words = W(*[(" " + t + suffix, s - t0, e - t0) for t, s, e in self.spoken if t0 <= (s + e) / 2 <= t0 + end_s])
+        with self._lock:
+            self.calls += 1
+            calls = self.calls
+        suffix = "ab"[calls % 2] if self.unstable else ""
+        end = t0 + end_s
+        spec = []
+        for t, s, e in self.spoken:
+            if (s + e) / 2 < t0:
+                continue
+            if t in self.partial and s + 0.1 < end < e:  # the audio ends inside the word
+                spec.append((_space(t) + self.partial[t], s - t0, end - t0))
+                self.cuts += 1
+            elif (s + e) / 2 <= end:
+                spec.append((_space(t) + t + suffix, s - t0, e - t0))
+        words = W(*spec)
         if self.loop and prompt and end_s < 2.0 and len(words) >= 2:
             words += [Word(w.text, end_s, end_s) for w in words[-2:]]
         return words
@@ -143,11 +179,13 @@ class OpenGate:
     """Keeps all audio; the test says when speech pauses."""
 
     pending_samples = 0
+    kept_speech_upto = -1
 
-    def reset(self) -> None:
+    def new_turn(self) -> None:
         self.in_speech, self.silence_s = True, 0.0
 
-    def feed(self, samples: np.ndarray) -> list[np.ndarray]:
+    def feed(self, samples: np.ndarray, probs=None) -> list[np.ndarray]:
+        self.kept_speech_upto = len(samples)
         return [samples]
 
 
@@ -166,7 +204,7 @@ def run_utterance(decoder: ScriptedWhisper, end_s: float, pauses: tuple[float, .
         while (e := utt.step()) is not None:
             events.append(e)
         prev = t
-    return utt, events, utt.finalize(0.0)
+    return utt, events, utt.finish(0.0)
 
 
 TOTAL = [("The", 0.0, 0.38), ("total", 0.38, 0.6), ("comes", 0.6, 0.92), ("to", 0.92, 1.14),

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from tests.speech import espeak_available, espeak_speech, piper_speech, with_silence
 from turn_detection import EndOfTurn, EndOfTurnDetector, EndpointingPolicy, FakeEndOfTurnDetector
-from turn_detection.text_cues import text_unfinished
 from turn_detection.training.make_dataset import make_clip
 
 TEXTS = (
@@ -73,14 +73,18 @@ def test_reset_isolates_turns(detector):
 
 @pytest.mark.integration
 def test_unfinished_transcript_waits_longer(detector):
+    det = detector.with_policy(replace(detector.policy, text_weight=2.0))
     audio = with_silence(_speech("piper", TEXTS[1]), 0.3, 2.5)
-    plain = detector.stream()
-    cued = detector.stream()
+    plain, cued, whole = det.stream(), det.stream(), det.stream()
     cued.push_transcript("remind me to buy flowers for my mother on the way and")
-    a, b = _first_event(plain, audio), _first_event(cued, audio)
-    assert a is not None and b is not None
-    assert b.probability < a.probability
-    assert b.time_s > a.time_s
+    whole.push_transcript(TEXTS[1])
+    a, b, c = _first_event(plain, audio), _first_event(cued, audio), _first_event(whole, audio)
+    assert a is not None and b is not None and c is not None
+    assert b.probability < a.probability < c.probability
+    assert b.time_s > a.time_s >= c.time_s
+    ev = cued.evaluations[-1]
+    assert ev.text_probability is not None and ev.text_probability < 0.1
+    assert ev.probability == pytest.approx(det.policy.combine(ev.audio_probability, ev.text_probability))
 
 
 @pytest.mark.integration
@@ -105,11 +109,16 @@ def test_policy_waits():
 
 
 @pytest.mark.unit
-def test_text_cues():
-    assert text_unfinished("I want to go to the")
-    assert text_unfinished("coffee and")
-    assert not text_unfinished("I want a coffee.")
-    assert not text_unfinished("")
+def test_policy_combines_audio_and_text_in_log_odds():
+    p = EndpointingPolicy(audio_weight=0.5, text_weight=2.0, text_bias=-1.0)
+    assert p.combine(0.7, None) == pytest.approx(1 / (1 + (0.3 / 0.7) ** 0.5))  # no transcript: audio alone
+    assert p.combine(0.5, 0.5) == pytest.approx(1 / (1 + np.e))  # both undecided: the bias
+    assert p.combine(0.5, 0.9) > p.combine(0.5, 0.5) > p.combine(0.5, 0.1)
+    many = p.combine_many(np.array([0.7, 0.5]), np.array([np.nan, 0.9]))
+    assert many == pytest.approx([p.combine(0.7, None), p.combine(0.5, 0.9)])
+    assert EndpointingPolicy().combine(0.42, 0.01) == pytest.approx(0.42)  # text_weight 0: audio only
+    with pytest.raises(ValueError):
+        EndpointingPolicy(text_weight=-1.0)
 
 
 @pytest.mark.unit
@@ -126,3 +135,45 @@ def test_fake_detector_timing():
     assert len(fired) == 1 and fired[0].time_s == pytest.approx(0.2 + 0.2, abs=0.021)
     with pytest.raises(ValueError):
         s.push(np.full(10, np.inf, dtype=np.float32))
+
+
+def _push_with_probs(stream, audio: np.ndarray, probs: np.ndarray, frame: int):
+    """Push `audio` in `frame`-sample frames, handing each push the probabilities of the
+    512-sample windows it completes (counted over the whole stream)."""
+    done, events = 0, []
+    for i in range(0, len(audio), frame):
+        n = (i + len(audio[i : i + frame])) // 512
+        events.append(stream.push(audio[i : i + frame], speech_probs=probs[done:n]))
+        done = n
+    return events
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["complete", "paused"])
+def test_shared_speech_probs_give_the_same_decisions(detector, kind):
+    audio, _ = make_clip(_speech("piper", TEXTS[0]), kind, np.random.default_rng(2))
+    probs = detector.vad.probabilities(audio)
+    for frame in (320, 777):
+        own, shared = detector.stream(), detector.stream()
+        by_model = [own.push(audio[i : i + frame]) for i in range(0, len(audio), frame)]
+        by_probs = _push_with_probs(shared, audio, probs, frame)
+        assert any(e is not None for e in by_model)
+        assert by_probs == by_model
+        assert [e.time_s for e in shared.evaluations] == [e.time_s for e in own.evaluations]
+
+
+@pytest.mark.integration
+def test_wrong_speech_prob_count_raises_and_changes_nothing(detector):
+    stream = detector.stream()
+    assert stream.push(np.zeros(300, dtype=np.float32), speech_probs=[]) is None  # no window completed
+    frame = np.zeros(800, dtype=np.float32)  # 300 + 800 = 1100 samples: 2 windows
+    for bad in ([0.1], [0.1, 0.2, 0.3], [0.1, float("nan")], [0.1, 1.2]):
+        with pytest.raises(ValueError):
+            stream.push(frame, speech_probs=bad)
+    assert stream._pushed == 300 and stream._vad.windows == 0
+    stream.push(frame, speech_probs=[0.1, 0.2])
+    assert stream._vad.windows == 2 and stream._vad.last_probability == pytest.approx(0.2)
+    fake = FakeEndOfTurnDetector().stream()
+    with pytest.raises(ValueError):
+        fake.push(np.zeros(1024, dtype=np.float32), speech_probs=[0.5])
+    assert fake.push(np.zeros(1024, dtype=np.float32), speech_probs=[0.5, 0.5]) is None

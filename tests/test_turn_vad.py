@@ -61,3 +61,33 @@ def test_bad_input_and_config():
 def test_stream_rejects_nan(vad):
     with pytest.raises(ValueError):
         vad.stream().push(np.full(512, np.nan, dtype=np.float32))
+
+
+@pytest.mark.integration
+def test_push_probability_is_push_window_without_the_model(vad):
+    speech = piper_speech("Turn the radio down a little, please.")
+    audio = with_silence(speech, 0.5, 1.0)
+    n = len(audio) // 512
+    probs = vad.probabilities(audio)[:n]
+    by_model, by_prob = vad.stream(), vad.stream()
+    ev_model = [by_model.push_window(audio[i * 512 : (i + 1) * 512]) for i in range(n)]
+    ev_prob = [by_prob.push_probability(float(p)) for p in probs]
+    assert [e for e in ev_model if e] == [e for e in ev_prob if e]
+    assert [e.kind for e in ev_prob if e] == ["start", "end"]
+    assert by_prob.windows == by_model.windows == n
+    assert by_prob.last_probability == pytest.approx(by_model.last_probability)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("bad", [float("nan"), -0.1, 1.5, "high"])
+def test_push_probability_rejects_bad_values(bad):
+    from turn_detection.vad import VADStream
+
+    class _NoModel:
+        def new_state(self):
+            return None, None
+
+    stream = VADStream(_NoModel(), VADConfig())
+    with pytest.raises(ValueError):
+        stream.push_probability(bad)
+    assert stream.windows == 0

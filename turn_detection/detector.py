@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,9 +10,9 @@ import numpy as np
 
 from parley.audio import ENGINE_RATE, validate_audio
 from turn_detection.classifier import DEFAULT_WEIGHTS, ProsodyClassifier
+from turn_detection.completeness import DEFAULT_TEXT_WEIGHTS, CompletenessScorer
 from turn_detection.policy import DEFAULT_POLICY, EndpointingPolicy
 from turn_detection.prosody import CONTEXT_S, prosodic_features
-from turn_detection.text_cues import text_unfinished
 from turn_detection.vad import WINDOW, WINDOW_S, SileroVAD, VADConfig
 
 _KEEP = int((CONTEXT_S + 2.0) * ENGINE_RATE)  # audio kept for the features
@@ -31,25 +32,45 @@ class Evaluation:
     time_s: float
     speech_end_s: float
     features: np.ndarray  # [len(FEATURE_NAMES)]
-    probability: float
+    probability: float  # the combined P the policy saw
+    audio_probability: float = float("nan")  # the prosodic classifier's P
+    text_probability: float | None = None  # the text scorer's P (None: no transcript / scorer)
 
 
 class EndOfTurnDetector:
     def __init__(self, vad: SileroVAD, classifier: ProsodyClassifier | None,
-                 policy: EndpointingPolicy | None = None):
-        self.vad, self.classifier = vad, classifier
+                 policy: EndpointingPolicy | None = None, text_scorer: CompletenessScorer | None = None):
+        self.vad, self.classifier, self.text_scorer = vad, classifier, text_scorer
         self.policy = policy or EndpointingPolicy()
 
     @classmethod
     def load(cls, weights: str | Path = DEFAULT_WEIGHTS, policy: EndpointingPolicy | None = None,
-             vad_path: str | Path | None = None, threads: int = 1) -> EndOfTurnDetector:
-        """The embedded VAD, the shipped weights and the shipped policy (eot_policy.json,
-        chosen on validation clips by turn_detection.training.tune)."""
+             vad_path: str | Path | None = None, threads: int = 1,
+             text_weights: str | Path | None = DEFAULT_TEXT_WEIGHTS) -> EndOfTurnDetector:
+        """The embedded VAD, the shipped prosodic and text weights (text_weights=None: audio
+        only) and the shipped policy (eot_policy.json, chosen by leave-one-family-out)."""
         policy = policy or EndpointingPolicy.load(DEFAULT_POLICY)
-        return cls(SileroVAD(vad_path, threads=threads), ProsodyClassifier.load(weights), policy)
+        text = CompletenessScorer.load(text_weights) if text_weights is not None else None
+        return cls(SileroVAD(vad_path, threads=threads), ProsodyClassifier.load(weights), policy, text)
+
+    def with_policy(self, policy: EndpointingPolicy) -> EndOfTurnDetector:
+        """The same models under another policy (sharing them)."""
+        return EndOfTurnDetector(self.vad, self.classifier, policy, self.text_scorer)
 
     def stream(self) -> EndOfTurnStream:
         return EndOfTurnStream(self)
+
+
+def _checked_probs(speech_probs: Sequence[float], n: int) -> np.ndarray:
+    try:
+        probs = np.asarray(speech_probs, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"speech_probs must be a sequence of numbers: {e}") from e
+    if len(probs) != n:
+        raise ValueError(f"speech_probs has {len(probs)} values, this push completes {n} windows of {WINDOW} samples")
+    if not np.all((probs >= 0.0) & (probs <= 1.0)):  # also rejects NaN
+        raise ValueError("speech_probs must lie in [0, 1]")
+    return probs
 
 
 class EndOfTurnStream:
@@ -94,29 +115,40 @@ class EndOfTurnStream:
         return self._probability
 
     def push_transcript(self, text: str) -> None:
-        """Optional interim transcript of the current turn."""
+        """The turn's words so far (every interim / preflight text): P is re-derived from it
+        and the prosodic P at the next window of a pause (policy.combine)."""
         if not isinstance(text, str):
             raise ValueError("transcript must be a str")
         self._text = text
 
-    def push(self, frame: np.ndarray) -> EndOfTurn | None:
+    def push(self, frame: np.ndarray, speech_probs: Sequence[float] | None = None) -> EndOfTurn | None:
+        """Push audio. `speech_probs`, when given, are the VAD speech probabilities of the
+        512-sample windows this push completes (windows counted over the whole stream since
+        reset(), so exactly (buffered + len(frame)) // 512 of them), used instead of running
+        the VAD model: the session runs Silero once per window and shares it. A wrong count
+        or a value outside [0, 1] raises ValueError and changes nothing."""
         x = validate_audio(frame, ENGINE_RATE, allow_empty=True)  # ValueError on NaN / bad dtype
+        n = (len(self._pending) + len(x)) // WINDOW
+        probs = None if speech_probs is None else _checked_probs(speech_probs, n)
         self._pushed += len(x)
         self._audio = np.concatenate([self._audio, x])
         if len(self._audio) > _KEEP:
             self._audio_start += len(self._audio) - _KEEP
             self._audio = self._audio[-_KEEP:]
         buf = np.concatenate([self._pending, x])
-        n = len(buf) // WINDOW
         self._pending = buf[n * WINDOW :]
         event = None
         for i in range(n):
-            event = self._window(buf[i * WINDOW : (i + 1) * WINDOW]) or event
+            p = None if probs is None else float(probs[i])
+            event = self._window(buf[i * WINDOW : (i + 1) * WINDOW], p) or event
         return event
 
-    def _window(self, window: np.ndarray) -> EndOfTurn | None:
+    def _window(self, window: np.ndarray, prob: float | None) -> EndOfTurn | None:
         vad = self._vad
-        vad.push_window(window)
+        if prob is None:
+            vad.push_window(window)
+        else:
+            vad.push_probability(prob)
         p, now = vad.last_probability, vad.time_s
         cfg = vad.config
         if p >= (cfg.off_threshold if self._speaking else cfg.threshold):
@@ -148,8 +180,8 @@ class EndOfTurnStream:
             self._features = prosodic_features(audio)
             clf = self._det.classifier
             self._audio_p = clf.probability(self._features) if clf is not None else 0.5
-        prob = self._audio_p
-        if self._text and text_unfinished(self._text):
-            prob *= self._det.policy.text_penalty
+        scorer = self._det.text_scorer
+        text_p = scorer.probability(self._text) if scorer is not None and self._text.strip() else None
+        prob = self._det.policy.combine(self._audio_p, text_p)
         self._probability, self._prob_text = prob, self._text
-        self.evaluations.append(Evaluation(now, self._speech_end, self._features, prob))
+        self.evaluations.append(Evaluation(now, self._speech_end, self._features, prob, self._audio_p, text_p))

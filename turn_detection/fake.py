@@ -4,12 +4,14 @@ silence after it ends, optionally sleeping per push to mimic the real cost."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from parley.audio import ENGINE_RATE, validate_audio
 from turn_detection.detector import EndOfTurn
+from turn_detection.vad import WINDOW
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class _FakeStream:
 
     def reset(self) -> None:
         self._t = 0.0
+        self._buffered = 0  # samples since the last complete 512-sample window
         self._speech_end: float | None = None
         self._fired = False
 
@@ -41,8 +44,14 @@ class _FakeStream:
         if not isinstance(text, str):
             raise ValueError("transcript must be a str")
 
-    def push(self, frame: np.ndarray) -> EndOfTurn | None:
+    def push(self, frame: np.ndarray, speech_probs: Sequence[float] | None = None) -> EndOfTurn | None:
+        """Same contract as EndOfTurnStream.push: `speech_probs` must hold one value per
+        512-sample window this push completes (checked, then unused: the fake gates on energy)."""
         x = validate_audio(frame, ENGINE_RATE, allow_empty=True)
+        n = (self._buffered + len(x)) // WINDOW
+        if speech_probs is not None and len(speech_probs) != n:
+            raise ValueError(f"speech_probs has {len(speech_probs)} values, this push completes {n} windows")
+        self._buffered = (self._buffered + len(x)) % WINDOW
         if self._cfg.push_delay_s:
             time.sleep(self._cfg.push_delay_s)
         self._t += len(x) / ENGINE_RATE

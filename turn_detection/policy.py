@@ -16,13 +16,21 @@ import numpy as np
 DEFAULT_POLICY = Path(__file__).with_name("eot_policy.json")
 
 
+def _logit(p) -> np.ndarray:
+    q = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log(q / (1 - q))
+
+
 @dataclass(frozen=True)
 class EndpointingPolicy:
     """After `eval_silence_s` of silence the classifier gives P. The turn ends at the first
     window where P >= threshold(silence): nothing before min_wait_s, `high` at min_wait_s,
     falling to `low` at max_wait_s (linearly in P when curve == 1; curve > 1 keeps the bar
-    high longer, < 1 drops it sooner), anything at max_wait_s. A transcript ending on a
-    function word multiplies P by text_penalty."""
+    high longer, < 1 drops it sooner), anything at max_wait_s.
+
+    P combines the prosodic P_a and, once a transcript of the turn is known, the text
+    completeness P_t in log-odds: logit P = audio_weight * logit P_a
+    + text_weight * logit P_t + text_bias (no transcript: the text terms are left out)."""
 
     eval_silence_s: float = 0.064  # two VAD windows: the VAD's own end lag comes on top
     min_wait_s: float = 0.1
@@ -30,18 +38,34 @@ class EndpointingPolicy:
     high: float = 0.7
     low: float = 0.2
     min_speech_s: float = 0.25  # less speech in the turn than this never ends it
-    text_penalty: float = 0.3
     curve: float = 1.0
+    audio_weight: float = 1.0
+    text_weight: float = 0.0
+    text_bias: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.eval_silence_s <= self.min_wait_s <= self.max_wait_s:
             raise ValueError("need 0 <= eval_silence_s <= min_wait_s <= max_wait_s")
         if not 0.0 <= self.low < self.high <= 1.0:
             raise ValueError("need 0 <= low < high <= 1")
-        if self.min_speech_s < 0 or not 0.0 <= self.text_penalty <= 1.0:
-            raise ValueError("min_speech_s must be >= 0 and text_penalty in [0, 1]")
+        if self.min_speech_s < 0:
+            raise ValueError("min_speech_s must be >= 0")
+        if not (0.0 <= self.audio_weight <= 10.0 and 0.0 <= self.text_weight <= 10.0 and abs(self.text_bias) <= 20.0):
+            raise ValueError("audio_weight and text_weight must be in [0, 10], |text_bias| <= 20")
         if not 0.1 <= self.curve <= 10.0:
             raise ValueError("curve must be in [0.1, 10]")
+
+    def combine(self, audio_p: float, text_p: float | None) -> float:
+        """P(turn finished) from the prosodic P and the text P (None: no transcript yet)."""
+        return float(self.combine_many(np.array([audio_p]), None if text_p is None else np.array([text_p]))[0])
+
+    def combine_many(self, audio_p: np.ndarray, text_p: np.ndarray | None) -> np.ndarray:
+        """Vectorized `combine`; nan in text_p means no transcript at that point."""
+        z = self.audio_weight * _logit(audio_p)
+        if text_p is not None and self.text_weight + abs(self.text_bias) > 0:
+            t = np.asarray(text_p, dtype=np.float64)
+            z = z + np.where(np.isnan(t), 0.0, self.text_weight * _logit(np.nan_to_num(t, nan=0.5)) + self.text_bias)
+        return 1.0 / (1.0 + np.exp(-z))
 
     def threshold(self, silence_s: float) -> float:
         """P(finished) needed to end the turn after `silence_s` of silence (> 1: not yet)."""

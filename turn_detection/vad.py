@@ -98,6 +98,16 @@ class SileroVAD:
         return VADStream(self, config or self.config)
 
 
+def _checked_probability(p: float) -> float:
+    try:
+        q = float(p)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"speech probability must be a number, got {p!r}") from e
+    if not 0.0 <= q <= 1.0:  # also rejects NaN
+        raise ValueError(f"speech probability must be in [0, 1], got {p!r}")
+    return q
+
+
 class VADStream:
     """Push frames of any length; returns the start/end events completed by that frame."""
 
@@ -132,8 +142,16 @@ class VADStream:
         return events
 
     def push_window(self, window: np.ndarray) -> VADEvent | None:
-        """One 512-sample window; updates `last_probability` and the hysteresis."""
+        """One 512-sample window: the model, then `push_probability`."""
         p, self._state, self._context = self._vad.window_probability(window, self._state, self._context)
+        return self.push_probability(p)
+
+    def push_probability(self, p: float) -> VADEvent | None:
+        """The hysteresis step alone, for a window whose speech probability was computed
+        elsewhere (the session runs Silero once per window and shares it). Updates
+        `last_probability`, `windows` and the hysteresis; the model's recurrent state is
+        untouched, so a stream fed this way should be fed this way throughout."""
+        p = _checked_probability(p)
         self.last_probability = p
         self.windows += 1
         cfg = self.config

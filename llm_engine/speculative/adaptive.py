@@ -10,6 +10,14 @@ its LM head), a verify pass of 1 / 2 / 4 / 8 query tokens took, in bf16 weights,
 slope differs by format and machine, hence measured, not assumed. The controller picks
 the k in [0, k_max] maximizing E(k) / cost(k), so a sequence whose drafts keep failing, or
 whose drafter costs more than it saves, falls back to plain decoding (k = 0) and probes again.
+
+In a batch (the engine step) one sequence's k extra verify rows slow every sequence's step,
+so the engine asks each sequence in turn for the k maximizing (others + E(k)) / cost(k), where
+others is what the rest of the batch is expected to emit and cost(k) = the step with k more
+rows / the step without them (StepCosts.step_relative, timed per total row count: the verify
+dict's key is rows - 1, which at batch 1 is the draft length). At batch 1 this is the rule
+above; at batch 4+ a row is no longer nearly free and a k that does not pay for the whole
+batch is not drafted.
 """
 
 from __future__ import annotations
@@ -71,11 +79,17 @@ class StepCosts:
         t = (k - lo) / (hi - lo)
         return ((1 - t) * v_lo + t * self.verify[hi]) / base
 
+    def _draft_rel(self) -> float:
+        base = self.base()
+        return self.prior_draft if self.draft is None or base is None else self.draft / base
+
     def relative(self, k: int) -> float:
         """cost of a step with k drafts / cost of a plain step."""
-        base = self.base()
-        draft = self.prior_draft if self.draft is None or base is None else self.draft / base
-        return self._verify_rel(k) + draft * k
+        return self._verify_rel(k) + self._draft_rel() * k
+
+    def step_relative(self, rows: int, k: int) -> float:
+        """cost of a step of rows + k query rows, k drafted tokens included / a step of rows."""
+        return (self._verify_rel(rows - 1 + k) + self._draft_rel() * k) / self._verify_rel(rows - 1)
 
 
 @dataclass
@@ -97,11 +111,18 @@ class AdaptiveDraftLength:
     def _cost(self, k: int) -> float:
         return self.cost(k) if self.cost is not None else 1.0 + self.draft_cost * k
 
-    def next_k(self) -> int:
+    def expected(self, k: int) -> float:
+        """E(k): tokens a pass with k drafts emits at the running acceptance rate."""
         a = min(self.rate, 0.999)
-        best_k, best = 0, 1.0 / self._cost(0)
+        return (1 - a ** (k + 1)) / (1 - a)
+
+    def next_k(self, others: float = 0.0, cost: Callable[[int], float] | None = None) -> int:
+        """others: tokens the rest of the batch emits this step (0 at batch 1); cost: k ->
+        relative step cost in that batch (default: the batch-1 cost)."""
+        cost = cost or self._cost
+        best_k, best = 0, (others + 1.0) / cost(0)
         for k in range(1, self.k_max + 1):
-            gain = (1 - a ** (k + 1)) / (1 - a) / self._cost(k)
+            gain = (others + self.expected(k)) / cost(k)
             if gain > best + 1e-9:
                 best_k, best = k, gain
         if best_k == 0:

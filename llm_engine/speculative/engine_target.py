@@ -75,7 +75,7 @@ class EngineTarget:
                     self.truncate(sid, before[sid])
             raise
         seqs, n_new = [g[0] for g in grown], [g[1] for g in grown]
-        ids, meta, _, _ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
+        ids, meta, *_ = self.engine.runner.prepare(ScheduledBatch(seqs, n_new))
         normed, prenorm = self.engine.model(ids, meta, self.engine.kv.layers, return_prenorm=True)
         outs, row = [], 0
         for seq, n, toks in zip(seqs, n_new, feeds.values()):
@@ -90,7 +90,11 @@ class EngineTarget:
         return outs
 
     def truncate(self, seq_id: str, length: int) -> None:
-        seq = self._seqs[seq_id]
+        seq = self._seqs.get(seq_id)
+        if seq is None:  # nothing cached yet (a draft model's first proposal): only 0 fits
+            if length:
+                raise ValueError(f"cannot truncate unknown sequence {seq_id!r} to {length}")
+            return
         if length < len(seq.token_ids):
             self.engine.kv.copy_blocks(self.engine.bm.truncate(seq, length))
 

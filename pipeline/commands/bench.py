@@ -9,6 +9,7 @@ BENCH_MODULES: tuple[str, ...] = (
     "pipeline.commands.bench_llm",
     "pipeline.commands.bench_speculative",
     "pipeline.commands.bench_turn",
+    "pipeline.commands.bench_voice",
 )
 
 

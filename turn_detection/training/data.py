@@ -16,9 +16,9 @@ from turn_detection.training import sentences
 
 @dataclass(frozen=True)
 class Voice:
-    engine: str  # "piper" | "espeak"
-    name: str  # espeak voice, or "joe" for the embedded Piper voice
-    rate: float  # Piper length_scale, or espeak words per minute
+    engine: str  # "piper" | "espeak" | "flite" | "festival"
+    name: str  # espeak / flite / festival voice, or "joe" for the embedded Piper voice
+    rate: float  # Piper length_scale, espeak words per minute; 1 for flite and festival
 
     @property
     def label(self) -> str:
@@ -77,6 +77,8 @@ def synthesize(voice: Voice, text: str) -> np.ndarray:
         v = _piper()
         audio = resample(v.synthesize(text, PiperOptions(length_scale=voice.rate, noise_scale=0.0,
                                                          noise_w_scale=0.0)), v.sample_rate, ENGINE_RATE)
+    elif voice.engine in ("flite", "festival"):
+        audio = _debian_tts(voice, text)
     else:
         from tts import EspeakSynthesizer
 
@@ -84,6 +86,30 @@ def synthesize(voice: Voice, text: str) -> np.ndarray:
         audio = resample(out.audio, out.sample_rate, ENGINE_RATE)
     iv = speech_intervals(audio)
     return audio[int(iv[0][0] * ENGINE_RATE) : int(iv[-1][1] * ENGINE_RATE)] if iv else audio
+
+
+def _debian_tts(voice: Voice, text: str) -> np.ndarray:
+    """Debian's flite (`flite -voice NAME`) or festival (`text2wave`, voice NAME) -> 16 kHz."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from parley.wav import read_wav
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.wav"
+        if voice.engine == "flite":
+            cmd, stdin = ["flite", "-voice", voice.name, "-t", text, "-o", str(out)], None
+        else:
+            cmd, stdin = ["text2wave", "-eval", f"(voice_{voice.name})", "-o", str(out)], text
+        try:
+            subprocess.run(cmd, input=stdin, text=True, check=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise RuntimeError(f"{voice.engine} failed for voice {voice.name}: {e}") from e
+        audio, sr = read_wav(out)
+    if audio.ndim > 1:
+        audio = audio.mean(axis=1)
+    return resample(audio.astype(np.float32), sr, ENGINE_RATE)
 
 
 def _envelope_db(audio: np.ndarray, hop: int = 160) -> np.ndarray:

@@ -19,12 +19,14 @@ from turn_detection.training.data import SPLITS, find_cut, speech_intervals, spl
 LEAD_S, TAIL_S = 0.5, 3.5
 
 
-def make_clip(speech: np.ndarray, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+def make_clip(speech: np.ndarray, kind: str, rng: np.random.Generator,
+              gap_s: tuple[float, float] = (0.4, 1.0)) -> tuple[np.ndarray, dict]:
+    """A complete clip, or a "paused" one (a pause of uniform(*gap_s) s at a word boundary)."""
     z = lambda s: np.zeros(int(s * ENGINE_RATE), dtype=np.float32)  # noqa: E731
     pauses = []
     if kind == "paused":
         cut = find_cut(speech, rng)
-        gap = float(rng.uniform(0.4, 1.0))
+        gap = float(rng.uniform(*gap_s))
         pauses.append([LEAD_S + cut / ENGINE_RATE, LEAD_S + cut / ENGINE_RATE + gap])
         speech = np.concatenate([speech[:cut], z(gap), speech[cut:]])
     audio = np.concatenate([z(LEAD_S), speech, z(TAIL_S)])

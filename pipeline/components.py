@@ -1,0 +1,121 @@
+"""The models a voice session runs on, loaded once per process and shared by its sessions
+(the LLM engine batches them; the Whisper, Silero, detector and Piper models are read-only).
+Per-session state (a transcriber, streams) is made from these by `new_transcriber()`."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from llm_engine.sampling_params import SamplingParams
+from pipeline.config import SessionConfig
+
+log = logging.getLogger("parley.components")
+
+
+@dataclass
+class Components:
+    config: SessionConfig
+    llm: Any  # a livekit llm.LLM, or None when the engine below backs our own plugin
+    engine: Any  # LLMEngine / FakeLLM, or None for external LLMs
+    decoder: Any  # stt.WhisperDecoder (None with the fake STT)
+    vad: Any  # turn_detection.SileroVAD
+    detector: Any  # EndOfTurnDetector (or a fake with the same stream() API)
+    synthesizer: Any  # tts.Synthesizer
+    transcriber_factory: Any = None  # () -> a transcriber; None: from the config
+
+    def sampling_params(self) -> SamplingParams:
+        c = self.config
+        return SamplingParams(max_tokens=c.max_tokens, temperature=c.temperature,
+                              repetition_penalty=c.repetition_penalty)
+
+    def new_transcriber(self):
+        from stt import FakeTranscriber, StreamingTranscriber, TranscriberConfig
+
+        if self.transcriber_factory is not None:
+            return self.transcriber_factory()
+        if self.config.stt == "fake":
+            return FakeTranscriber()
+        cfg = TranscriberConfig(model=self.config.stt, cpu_threads=self.config.stt_threads)
+        return StreamingTranscriber(cfg, decoder=self.decoder)
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+def load_engine(config: SessionConfig) -> Any:
+    from llm_engine import FakeLLM, LLMEngine
+
+    if config.llm == "fake":
+        return FakeLLM()
+    overrides: dict[str, Any] = {"num_threads": config.llm_threads}
+    if config.weight_format is not None:
+        overrides["weight_format"] = config.weight_format
+    if config.speculative == "none":
+        overrides["speculative"] = None
+    elif config.speculative != "auto":
+        from llm_engine.speculative.config import SpeculativeConfig
+
+        overrides["speculative"] = SpeculativeConfig(method=config.speculative)
+    return LLMEngine.for_voice(config.model, **overrides)
+
+
+def external_llm(config: SessionConfig) -> Any:
+    """An OpenAI-compatible server through livekit's OpenAI plugin, or `module:attr`: a livekit
+    llm.LLM instance, or a class / factory called with no arguments that returns one."""
+    from livekit.agents import llm as lk_llm
+
+    if config.llm == "openai":
+        from livekit.plugins import openai
+
+        key = os.environ.get(config.api_key_env, "no-key")
+        return openai.LLM(model=config.model or "default", base_url=config.base_url, api_key=key,
+                          temperature=config.temperature)
+    module_name, _, attr = config.llm.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"--llm {config.llm}: cannot import {attr!r} from {module_name!r}: {e}") from e
+    if not isinstance(obj, lk_llm.LLM) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, lk_llm.LLM):
+        raise ValueError(f"--llm {config.llm}: {type(obj).__name__} is not a livekit llm.LLM (or a factory of one)")
+    return obj
+
+
+def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: Any = None,
+                    detector: Any = None, transcriber_factory: Any = None) -> Components:
+    """Blocking (seconds): call it off the event loop. Stages given explicitly are used as is
+    (tests hand in timed fakes)."""
+    from tts import create_synthesizer
+    from turn_detection import EndOfTurnDetector, EndpointingPolicy
+    from turn_detection.vad import SileroVAD
+
+    lk_llm = None
+    if config.llm in ("parley", "fake"):
+        engine = engine if engine is not None else load_engine(config)
+    else:
+        lk_llm = external_llm(config)
+    decoder = None
+    if config.stt != "fake":
+        from stt import TranscriberConfig, WhisperDecoder
+
+        decoder = WhisperDecoder(TranscriberConfig(model=config.stt, cpu_threads=config.stt_threads))
+    vad = SileroVAD(threads=config.vad_threads)
+    if detector is None:
+        if config.turn_detection == "vad":  # a silence threshold alone: P = 1 at every pause
+            # no classifier, no text scorer: P is 0.5 at every pause, and the bar is 0.5 from
+            # vad_silence_s on
+            detector = EndOfTurnDetector(vad, None, EndpointingPolicy(
+                eval_silence_s=config.vad_silence_s, min_wait_s=config.vad_silence_s,
+                max_wait_s=config.vad_silence_s + 0.01, high=0.5, low=0.4))
+        else:
+            detector = EndOfTurnDetector.load(threads=config.vad_threads)
+    if synthesizer is None:
+        synthesizer = create_synthesizer(config.tts, threads=config.tts_threads)
+    return Components(config, lk_llm, engine, decoder, vad, detector, synthesizer, transcriber_factory)

@@ -1,0 +1,142 @@
+"""SessionConfig: one frozen config for a voice session (models, thread budgets, policies,
+instructions), loadable from a TOML file and from CLI flags (flags override the file)."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from pipeline.budget import BudgetConfig, ResponsePolicy
+
+LLM_KINDS = ("parley", "openai", "fake")  # or "package.module:attr"
+SPECULATIVE = ("auto", "head", "ngram", "none")
+TTS_BACKENDS = ("piper", "espeak", "fake")
+STT_MODELS = ("whisper-tiny.en", "whisper-base", "fake")
+# our detector; VAD silence alone (a baseline); or the whole LiveKit-defaults assembly
+# (pipeline/baseline.py: livekit's Silero + v1-mini + default endpointing + segment Whisper)
+TURN_DETECTION = ("parley", "vad", "livekit")
+DEFAULT_INSTRUCTIONS = (
+    "You are Parley, a friendly voice assistant. Your replies are spoken aloud, so answer in one or "
+    "two short sentences of plain words, without lists, markdown or emoji.")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    instructions: str = DEFAULT_INSTRUCTIONS
+    # the LLM: our engine, an OpenAI-compatible server, a livekit LLM by "module:attr", or a fake
+    llm: str = "parley"
+    model: str | None = None  # engine: a .gguf / HF dir (None: embedded); openai: the model name
+    base_url: str | None = None  # openai: e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, parley serve)
+    api_key_env: str = "OPENAI_API_KEY"  # openai: the environment variable holding the key
+    weight_format: str | None = None  # engine: None = the engine's measured voice default
+    speculative: str = "auto"
+    max_tokens: int = 60  # a spoken reply is short; the history stays small
+    temperature: float = 0.0  # greedy: deterministic, and speculation verifies it exactly
+    repetition_penalty: float = 1.1
+    stt: str = "whisper-tiny.en"
+    tts: str = "piper"
+    output_rate: int = 24_000
+    # thread budget per stage: 2 shared cores (ASSETS.md: 2 intra-op threads beside a busy
+    # core ran 25-30x slower than 1)
+    llm_threads: int = 1
+    stt_threads: int = 1
+    tts_threads: int = 1
+    vad_threads: int = 1
+    # turn taking
+    turn_detection: str = "parley"
+    vad_silence_s: float = 0.5  # turn_detection = "vad": silence that ends the turn
+    preemptive: bool = True
+    prefill_ahead: bool = True  # engine: prefill the words so far while the user speaks
+    interruption_min_s: float = 0.0  # speech (after the VAD's own 0.1 s) that interrupts the agent
+    false_interruption_timeout_s: float = 1.0  # an interruption with no words after this resumes
+    aec_warmup_s: float = 0.0  # barge-in ignored this long after the agent starts (0: never)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    response: ResponsePolicy = field(default_factory=ResponsePolicy)
+
+    def __post_init__(self) -> None:
+        if self.llm not in LLM_KINDS and ":" not in self.llm:
+            raise ValueError(f"llm must be one of {LLM_KINDS} or 'module:attr', got {self.llm!r}")
+        if self.llm == "openai" and not self.base_url:
+            raise ValueError("llm = 'openai' needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        checks = (("speculative", SPECULATIVE), ("tts", TTS_BACKENDS), ("stt", STT_MODELS),
+                  ("turn_detection", TURN_DETECTION))
+        for name, allowed in checks:
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.weight_format not in (None, "fp32", "bf16", "int8"):
+            raise ValueError(f"weight_format must be fp32, bf16 or int8, got {self.weight_format!r}")
+        if not 1 <= self.max_tokens <= 4096 or not 0 <= self.temperature <= 2 or self.repetition_penalty <= 0:
+            raise ValueError("need 1 <= max_tokens <= 4096, 0 <= temperature <= 2, repetition_penalty > 0")
+        if self.output_rate not in (8_000, 16_000, 22_050, 24_000, 44_100, 48_000):
+            raise ValueError(f"output_rate {self.output_rate} is not a supported rate")
+        for name in ("llm_threads", "stt_threads", "tts_threads", "vad_threads"):
+            if not 1 <= getattr(self, name) <= 64:
+                raise ValueError(f"{name} must be in [1, 64]")
+        if not 0.1 <= self.vad_silence_s <= 5 or not 0 <= self.interruption_min_s <= 5:
+            raise ValueError("need 0.1 <= vad_silence_s <= 5 and 0 <= interruption_min_s <= 5")
+        if not 0 <= self.aec_warmup_s <= 10:
+            raise ValueError("aec_warmup_s must be in [0, 10]")
+        if not 0.1 <= self.false_interruption_timeout_s <= 10:
+            raise ValueError("false_interruption_timeout_s must be in [0.1, 10]")
+        if not self.instructions.strip():
+            raise ValueError("instructions must not be empty")
+
+    # -- loading ----------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown session config keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        data = dict(data)
+        if "budget" in data:
+            data["budget"] = BudgetConfig(**data["budget"])
+        if "response" in data:
+            resp = dict(data["response"])
+            if "ack_phrases" in resp:
+                resp["ack_phrases"] = tuple(resp["ack_phrases"])
+            data["response"] = ResponsePolicy(**resp)
+        return cls(**data)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> SessionConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"session config {path} not found")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: not valid TOML: {e}") from e
+        try:
+            return cls.from_dict(data)
+        except TypeError as e:
+            raise ValueError(f"{path}: {e}") from e
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("session")
+        g.add_argument("--config", help="a TOML session config (flags below override it)")
+        g.add_argument("--llm", help="parley (default), openai, fake, or module:attr (a livekit LLM or factory)")
+        g.add_argument("--model", help="engine: .gguf or HF dir; openai: the model name")
+        g.add_argument("--base-url", dest="base_url", help="openai: the server's /v1 URL")
+        g.add_argument("--instructions", help="the agent's system prompt")
+        g.add_argument("--speculative", choices=SPECULATIVE)
+        g.add_argument("--weight-format", dest="weight_format", choices=("fp32", "bf16", "int8"))
+        g.add_argument("--stt", choices=STT_MODELS)
+        g.add_argument("--tts", choices=TTS_BACKENDS)
+        g.add_argument("--turn-detection", dest="turn_detection", choices=TURN_DETECTION)
+        g.add_argument("--no-preemptive", dest="preemptive", action="store_const", const=False)
+        g.add_argument("--no-ack", dest="ack", action="store_const", const=False)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SessionConfig:
+        base = cls.from_toml(args.config) if getattr(args, "config", None) else cls()
+        over = {k: getattr(args, k) for k in ("llm", "model", "base_url", "instructions", "speculative",
+                                              "weight_format", "stt", "tts", "turn_detection", "preemptive")
+                if getattr(args, k, None) is not None}
+        if getattr(args, "ack", None) is False:
+            over["response"] = replace(base.response, ack_enabled=False)
+        return replace(base, **over)

@@ -1,0 +1,1 @@
+"""livekit-agents plugins over Parley's engines: thin adapters; the engines stay framework-free."""

@@ -1,0 +1,167 @@
+"""`ParleyLLM`: a livekit `llm.LLM` over our engine's streaming API (LLMEngine or FakeLLM:
+anything with `stream_chat(messages, params)` returning an async iterator of text deltas that
+aborts the request when closed, and, optionally, `encode_chat` / `token_limit` / `prefill`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from livekit.agents import llm
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, NotGivenOr
+
+from llm_engine.sampling_params import SamplingParams
+from pipeline.budget import ResponsePolicy
+
+log = logging.getLogger("parley.llm")
+
+
+def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
+    """ChatContext -> [{"role", "content"}] with plain-text content, system messages first
+    (tool calls and non-text parts are dropped: the embedded model has no tools)."""
+    raw, _ = chat_ctx.to_provider_format("openai", inject_dummy_user_message=False)
+    out: list[dict[str, str]] = []
+    for m in raw:
+        role = "system" if m.get("role") == "developer" else m.get("role")
+        if role not in ("system", "user", "assistant"):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if not isinstance(content, str) or not content.strip():
+            continue
+        if out and out[-1]["role"] == role and role != "system":  # merge split turns
+            out[-1]["content"] += " " + content
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int) -> list[dict[str, str]]:
+    """Drop the oldest non-system messages until the prompt plus `reserve` generated tokens
+    fits the engine's context window. The system prompt and the newest message always stay."""
+    limit = getattr(engine, "token_limit", None)
+    if limit is None or not hasattr(engine, "encode_chat"):
+        return messages
+    msgs = list(messages)
+    while len(engine.encode_chat(msgs)) + reserve >= limit:
+        drop = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
+        if drop is None:
+            break  # only the system prompt and the new turn are left: the engine reports it
+        del msgs[drop]
+    return msgs
+
+
+class ParleyLLM(llm.LLM):
+    """`marks(name)` records the request, an acknowledgement and the first token in the budget;
+    `time_left_s()` (the budget's) decides when a late first token is covered by a short
+    acknowledgement (`policy`), spoken as the reply's first words and kept in the history."""
+
+    def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
+                 marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
+                 time_left_s: Callable[[], float | None] = lambda: None) -> None:
+        super().__init__()
+        self.engine, self.params = engine, params
+        self._model_name = model_name
+        self._marks = marks or (lambda _name: None)
+        self.policy = policy or ResponsePolicy(ack_enabled=False)
+        self._time_left = time_left_s
+        self._requests = 0
+        self.last_usage: llm.CompletionUsage | None = None  # of the newest finished request
+
+    @property
+    def model(self) -> str:
+        return self._model_name
+
+    @property
+    def provider(self) -> str:
+        return "parley"
+
+    def chat(self, *, chat_ctx: llm.ChatContext, tools: list[llm.Tool] | None = None,
+             conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+             parallel_tool_calls: NotGivenOr[bool] = NOT_GIVEN, tool_choice: NotGivenOr[Any] = NOT_GIVEN,
+             extra_kwargs: NotGivenOr[dict[str, Any]] = NOT_GIVEN) -> ParleyLLMStream:
+        return ParleyLLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options)
+
+
+class ParleyLLMStream(llm.LLMStream):
+    async def _run(self) -> None:
+        plugin: ParleyLLM = self._llm  # type: ignore[assignment]
+        engine = plugin.engine
+        messages = fit_context(engine, chat_messages(self._chat_ctx), plugin.params.max_tokens)
+        request_id = f"voice-{uuid.uuid4().hex[:12]}"
+        plugin._marks("llm_request")
+        plugin._requests += 1
+        ack_wait = plugin.policy.ack_wait_s(plugin._time_left())
+        stream = engine.stream_chat(messages, plugin.params, request_id)
+        n_deltas = 0
+        first: asyncio.Future | None = None
+        try:
+            it = stream.__aiter__()
+            first = asyncio.ensure_future(it.__anext__())
+            if ack_wait is not None:
+                await asyncio.wait({first}, timeout=ack_wait)
+                if not first.done():  # the first token is late: cover the silence
+                    plugin._marks("acknowledgement")
+                    log.info("first token late (%.0f ms waited): acknowledging", 1000 * ack_wait)
+                    self._send(request_id, plugin.policy.pick_ack(plugin._requests) + " ")
+            try:
+                delta = await first
+            except StopAsyncIteration:
+                delta = None
+            if delta is not None:
+                plugin._marks("llm_first_token")
+                self._send(request_id, delta)
+                n_deltas = 1
+                async for delta in it:
+                    n_deltas += 1
+                    self._send(request_id, delta)
+        finally:
+            if first is not None and not first.done():
+                first.cancel()
+            # cancelled (barge-in, a stale preemptive reply): abort the engine request now
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        out = getattr(stream, "output", None)
+        prompt = len(out.prompt_token_ids) if out is not None else 0
+        completion = len(out.token_ids) if out is not None else n_deltas
+        cached = out.num_cached_tokens if out is not None else 0
+        usage = llm.CompletionUsage(completion_tokens=completion, prompt_tokens=prompt,
+                                    prompt_cached_tokens=cached, total_tokens=prompt + completion)
+        plugin.last_usage = usage
+        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=usage))
+
+    def _send(self, request_id: str, text: str) -> None:
+        self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
+
+
+class PrefillAhead:
+    """While the user speaks, prefill the conversation with their words so far (the engine's
+    `prefill`), so the real request prefills only what changed. At most one in flight, at
+    most one per `min_interval_s` of speech, and only for engines that have `prefill`."""
+
+    def __init__(self, engine: Any, history: Callable[[], list[dict[str, str]]], *,
+                 min_interval_s: float = 0.6, min_words: int = 4) -> None:
+        self.engine, self._history = engine, history
+        self.min_interval_s, self.min_words = min_interval_s, min_words
+        self._last = -1e9
+        self._rid: str | None = None
+        self.sent = 0
+
+    def update(self, text: str, now: float) -> None:
+        prefill = getattr(self.engine, "prefill", None)
+        if prefill is None or len(text.split()) < self.min_words or now - self._last < self.min_interval_s:
+            return
+        self._last = now
+        if self._rid is not None:
+            self.engine.abort(self._rid)  # its full blocks are cached already: nothing is lost
+        messages = [*self._history(), {"role": "user", "content": text}]
+        try:
+            self._rid = prefill(fit_context(self.engine, messages, 0))
+            self.sent += 1
+        except ValueError as e:  # too long for the cache right now: the real request will say so
+            log.debug("prefill ahead skipped: %s", e)

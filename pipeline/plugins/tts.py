@@ -1,0 +1,151 @@
+"""`ParleyTTS`: a streaming livekit `tts.TTS` over our SpeechStream (text deltas in, 20 ms
+frames out at the output's rate, cancelled on interruption). It acts on the latency budget:
+the first chunk is sized from the time left (pipeline.budget.ResponsePolicy.first_words): with
+time to spare it waits for a clause, with little it speaks after one or two words."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+
+from livekit.agents import tts
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions
+
+from pipeline.budget import ResponsePolicy
+from tts.chunker import ChunkerConfig
+from tts.stream import SpeechStream, StreamConfig
+
+log = logging.getLogger("parley.tts")
+_BOUNDARY = frozenset(".!?,;:")
+_RELEASE_S = 0.04  # LLM deltas come every ~10-40 ms: a longer gap after a boundary ends the clause
+
+
+class ParleyTTS(tts.TTS):
+    """`time_left_s()` comes from the budget; `marks(name)` records first_chunk / tts_first_audio."""
+
+    def __init__(self, synthesizer, *, sample_rate: int = 24_000, policy: ResponsePolicy | None = None,
+                 time_left_s: Callable[[], float | None] = lambda: None,
+                 marks: Callable[[str], None] = lambda _name: None) -> None:
+        super().__init__(capabilities=tts.TTSCapabilities(streaming=True), sample_rate=sample_rate, num_channels=1)
+        self.synthesizer = synthesizer
+        self.policy = policy or ResponsePolicy()
+        self._time_left, self._marks = time_left_s, marks
+
+    @property
+    def model(self) -> str:
+        return getattr(self.synthesizer, "name", "parley")
+
+    @property
+    def provider(self) -> str:
+        return "parley"
+
+    def stream_config(self, first_words: int) -> StreamConfig:
+        return StreamConfig(sample_rate=self.sample_rate, chunker=ChunkerConfig(first_max_words=first_words))
+
+    def synthesize(self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+                   ) -> tts.ChunkedStream:
+        return ParleyChunkedStream(tts=self, input_text=text, conn_options=conn_options)
+
+    def stream(self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> ParleySynthesizeStream:
+        return ParleySynthesizeStream(tts=self, conn_options=conn_options)
+
+
+async def _pump(speech: SpeechStream, emitter: tts.AudioEmitter, on_first: Callable[[], None]) -> None:
+    first = True
+    async for frame in speech:
+        if first:
+            on_first()
+            first = False
+        emitter.push(frame.pcm.tobytes())
+
+
+class ParleyChunkedStream(tts.ChunkedStream):
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        plugin: ParleyTTS = self._tts  # type: ignore[assignment]
+        output_emitter.initialize(request_id=uuid.uuid4().hex[:12], sample_rate=plugin.sample_rate,
+                                  num_channels=1, mime_type="audio/pcm", frame_size_ms=20)
+        speech = SpeechStream(plugin.synthesizer, plugin.stream_config(plugin.policy.max_first_words))
+        try:
+            speech.say(self._input_text)
+            await _pump(speech, output_emitter, lambda: None)
+        finally:
+            speech.close()
+        output_emitter.flush()
+
+
+class ParleySynthesizeStream(tts.SynthesizeStream):
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        plugin: ParleyTTS = self._tts  # type: ignore[assignment]
+        output_emitter.initialize(request_id=uuid.uuid4().hex[:12], sample_rate=plugin.sample_rate,
+                                  num_channels=1, mime_type="audio/pcm", frame_size_ms=20, stream=True)
+        output_emitter.start_segment(segment_id=uuid.uuid4().hex[:12])
+        first_text = asyncio.Event()
+        speech: SpeechStream | None = None
+
+        mark = {"chunked": False}
+
+        async def forward() -> None:
+            nonlocal speech
+            inputs = self._input_ch.__aiter__()
+            tail = ""
+            nxt: asyncio.Future | None = None
+            try:
+                while True:
+                    nxt = asyncio.ensure_future(inputs.__anext__())
+                    # the chunker keeps "Okay." until the next character shows it is no "3.14":
+                    # when the text pauses on a boundary, that character is not coming soon
+                    wait = _RELEASE_S if speech is not None and tail[-1:] in _BOUNDARY else None
+                    done, _ = await asyncio.wait({nxt}, timeout=wait)
+                    if not done:
+                        speech.push_text(" ")
+                        tail = " "
+                        self._note_chunk(plugin, speech, mark)
+                    try:
+                        data = await nxt
+                    except StopAsyncIteration:
+                        break
+                    if isinstance(data, self._FlushSentinel) or not data:
+                        continue
+                    tail = data
+                    if speech is None:  # sized now: the time left is known once the text starts
+                        left = plugin._time_left()
+                        speech = SpeechStream(plugin.synthesizer,
+                                              plugin.stream_config(plugin.policy.first_words(left)))
+                        first_text.set()
+                        self._mark_started()
+                    speech.push_text(data)
+                    self._note_chunk(plugin, speech, mark)
+            finally:
+                if nxt is not None and not nxt.done():
+                    nxt.cancel()
+            if speech is not None:
+                speech.end_input()
+            first_text.set()
+
+        def first_audio() -> None:
+            if not mark["chunked"]:  # the chunk came out of end_input()'s flush
+                plugin._marks("first_chunk")
+            plugin._marks("tts_first_audio")
+
+        forwarder = asyncio.create_task(forward())
+        try:
+            await first_text.wait()
+            if speech is not None:
+                await _pump(speech, output_emitter, first_audio)
+            await forwarder
+        finally:
+            forwarder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await forwarder
+            if speech is not None:
+                speech.close()
+        output_emitter.end_segment()
+
+    @staticmethod
+    def _note_chunk(plugin: ParleyTTS, speech: SpeechStream, mark: dict) -> None:
+        if not mark["chunked"] and speech.metrics.chunks:  # the first speakable chunk is complete
+            mark["chunked"] = True
+            plugin._marks("first_chunk")

@@ -1,0 +1,170 @@
+"""The final transcript at the end of a turn: every word, however the decodes met the words
+(stitching of partial decodes on word splits, a turn ending right after a pause), and a flush
+that takes a decode in flight when it covers all the speech, never one that does not."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+from stt import StreamingTranscriber, TranscriberConfig
+from stt.events import join_words
+from tests.test_stt_stitch import ScriptedWhisper, run_utterance
+
+
+def _timed(text: str, t0: float = 0.0, word_s: float = 0.34) -> list[tuple[str, float, float]]:
+    """Words of `text` (a "+" joins pieces Whisper writes apart: "$5+.20") back to back."""
+    out, t = [], t0
+    for word in text.split():
+        pieces = word.split("+")
+        for p in pieces:
+            d = word_s / len(pieces)
+            out.append((p, round(t, 3), round(t + d, 3)))
+            t += d
+    return out
+
+
+# (spoken words, what a decode hears of a word its audio ends inside)
+SPLITS = {
+    "tablespoons": ("I need three tablespoons of sugar for the cake.", {"tablespoons": "tables."}),
+    "dollars": ("The coffee costs $5+.20 at the corner shop.", {".20": ""}),
+    "numbers": ("We need 300 grams of flour and 25 eggs today.", {"300": "3", "25": "20"}),
+    "contractions": ("I can't find my keys and I'm late again.", {"can't": "can", "I'm": "I"}),
+    "compound": ("Set a timer for twenty-five minutes please.", {"twenty-five": "twenty"}),
+}
+
+
+def _expected(text: str) -> str:
+    return text.replace("+", "")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_no_tail_lost_or_garbled_where_decodes_split_words(name):
+    text, partial = SPLITS[name]
+    spoken = _timed(text)
+    end = spoken[-1][2] + 0.3
+    cuts = 0
+    # audio arriving in different steps and decodes at different intervals put the decodes'
+    # ends inside different words
+    for step_s, interval in [(a, b) for a in (0.2, 0.3, 0.45, 0.5) for b in (0.3, 0.5)]:
+        decoder = ScriptedWhisper(spoken, partial=partial)
+        _, events, final = run_utterance(decoder, end, step_s=step_s, interval_s=interval)
+        assert final.text == _expected(text), (step_s, interval, [e.text for e in events])
+        cuts += decoder.cuts
+        stable = ""
+        for e in events:  # a cut word is never made stable
+            assert e.stable_text.startswith(stable) and e.text.startswith(e.stable_text)
+            assert _expected(text).startswith(e.stable_text), e.stable_text
+            stable = e.stable_text
+    assert cuts >= 1, "the decodes should end inside the split words now and then"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("last", ["including tax.", "where do I start?", "at eight.", "no, the green one."])
+def test_turn_ending_right_after_a_pause_keeps_its_last_words(last):
+    first = _timed("The total was $5+.20 today")
+    pause_at = first[-1][2] + 0.15
+    tail = _timed(last, pause_at + 0.35)
+    end = tail[-1][2] + 0.15  # flushed 150 ms after the last word
+    decoder = ScriptedWhisper(first + tail, loop=True, partial={"today": "to"})
+    _, events, final = run_utterance(decoder, end, pauses=(round(pause_at, 3),), step_s=0.25)
+    assert "preflight" in [e.kind for e in events]
+    assert final.text == f"The total was $5.20 today {last}", final.text
+
+
+# -- the flush against decodes in flight (scripted decoder, the gate fed VAD probabilities) ---
+SCALE = 10.0  # the ramp holds time / 10, inside [-1, 1]
+
+
+def _ramp(t0: float, t1: float) -> np.ndarray:
+    return (np.arange(round(t0 * 16_000), round(t1 * 16_000), dtype=np.float32) / 16_000 / SCALE)
+
+
+def _push(st: StreamingTranscriber, t0: float, t1: float, p: float) -> None:
+    """Push [t0, t1) of the ramp, every window it completes with speech probability p."""
+    x = _ramp(t0, t1)
+    n = (round(t1 * 16_000)) // 512 - round(t0 * 16_000) // 512
+    st.push(x, speech_probs=[p] * n)
+
+
+def _wait(cond, timeout: float = 10.0) -> None:
+    t = time.perf_counter() + timeout
+    while not cond():
+        if time.perf_counter() > t:
+            raise TimeoutError("the transcriber never got there")
+        time.sleep(0.005)
+
+
+SPOKEN = _timed("Do you have any tips for a beginner?", 0.0, 0.25)  # 0-2.0 s
+
+
+@pytest.mark.unit
+def test_flush_takes_the_pause_decode_in_flight_that_covers_the_speech():
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.3, scale=SCALE)
+    with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
+        _push(st, 0.0, 2.048, 1.0)  # 64 windows of speech, no interim due (10 s interval)
+        _push(st, 2.048, 2.048 + 0.128, 0.0)  # 4 windows of silence: the pause decode starts
+        _wait(lambda: decoder.calls == 0 and st._running)
+        t_flush = time.perf_counter()
+        final = st.flush(timeout=10)
+    assert final.text == "Do you have any tips for a beginner?"
+    assert len(decoder.log) == 1 and decoder.log[0][0] < t_flush  # no decode after the flush
+    assert final.decode_s == 0.0  # the flush caused no decode of its own
+    assert final.latency_s <= decoder.log[0][1] - t_flush + 0.05  # it waited for that one only
+
+
+@pytest.mark.unit
+def test_flush_never_waits_for_a_decode_that_misses_speech():
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.6, scale=SCALE)
+    with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
+        _push(st, 0.0, 1.024, 1.0)  # an interim decode starts (0.5 s of speech)
+        _wait(lambda: bool(st._running))
+        _push(st, 1.024, 2.048, 1.0)  # more speech while it runs: it no longer covers it
+        _push(st, 2.048, 2.048 + 0.064, 0.0)  # and the turn ends: flush before any pause decode
+        t_flush = time.perf_counter()
+        final = st.flush(timeout=10)
+        interim_end = min(e for _, e in decoder.log)
+    assert final.text == "Do you have any tips for a beginner?"
+    starts = sorted(s for s, _ in decoder.log)
+    assert len(starts) == 2  # the abandoned interim, the flush's own decode
+    assert starts[1] < interim_end  # the final's decode started while the interim still ran
+    assert t_flush < interim_end
+    assert final.decode_s > 0.0
+
+
+# -- the real model: the final is the offline transcript whenever the flush comes -------------
+# Not "Do you have any tips for a beginner?": tiny.en drops its "a" on 1 in 18 lead/trail
+# silence combinations of the same Piper clip even in one-shot decodes (0.2 s before, 0.2 s
+# after), and the gated buffer is one of them: a model limit, not the stitching's
+CLEAN = ("Remind me to call my sister when I get home from work.",
+         "I need three tablespoons of sugar for the cake.",
+         "Can you play some relaxing music while I cook dinner?")
+
+
+def _words(s: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]+", " ", s.lower()).split()
+
+
+@pytest.mark.integration
+def test_final_is_the_offline_transcript_whatever_the_flush_delay():
+    from stt import WhisperDecoder, replay, transcribe
+    from tests.speech import piper_speech, with_silence
+
+    decoder = WhisperDecoder(TranscriberConfig())
+    for text in CLEAN:
+        speech = piper_speech(text)
+        offline = _words(transcribe(speech, decoder=decoder).text)
+        assert offline == _words(text)  # a clean clip: offline has every word
+        finals = []
+        for delay in (0.15, 0.25, 0.6):
+            # a fresh stream each time: the same audio in the same VAD windows, only the flush moves
+            with StreamingTranscriber(TranscriberConfig(), decoder=decoder) as st:
+                r = replay(st, with_silence(speech, 0.3, 0.7), realtime=False,
+                           flush_at_s=0.3 + len(speech) / 16_000 + delay)
+            assert join_words(r.final.words) == r.final.text
+            finals.append(r.final.text)
+        assert [_words(f) for f in finals] == [offline] * 3, finals

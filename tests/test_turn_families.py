@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.turn import Clip, run_ours, score
+from parley.wav import read_wav
+from turn_detection import EndOfTurnDetector
+from turn_detection.completeness import normalize
+from turn_detection.policy import EndpointingPolicy
+from turn_detection.training.families import FAMILIES, FAMILY_NAMES, family_sentences
+from turn_detection.training.loso import choose, rates, text_probabilities
+from turn_detection.training.sentences import TEST, TRAIN, VALIDATION
+from turn_detection.training.tune import Trace
+
+W = 0.032
+CLIPS = Path(__file__).parent / "data" / "turn_families"
+
+
+@pytest.mark.unit
+def test_family_sentences_are_in_no_other_set():
+    fam = {" ".join(normalize(s)) for s in family_sentences()}
+    other = {" ".join(normalize(s)) for s in TRAIN + VALIDATION + TEST}
+    assert len(fam) == 48 and not fam & other
+    assert {v.engine for v in FAMILIES["flite"]} == {"flite"} and len(FAMILIES["festival"]) == 3
+
+
+class _Scorer:
+    def probability(self, text: str) -> float:
+        return 0.9 if text.endswith(".") else 0.1
+
+
+@pytest.mark.unit
+def test_text_probability_is_the_newest_transcript_arrived_by_each_window():
+    t = W * np.arange(1, 11)
+    tr = Trace(t, np.full(10, math.nan), np.full(10, 0.5), 0.3)
+    tp = text_probabilities(tr, [(0.05, "turn on the"), (0.2, "turn on the light.")], _Scorer())
+    # window i is judged at its start (t - 32 ms): nothing before 0.05 s, then the first text
+    expect = [math.nan if s < 0.05 else 0.1 if s < 0.2 else 0.9 for s in t - W]
+    np.testing.assert_allclose(tp, expect)
+    assert np.all(np.isnan(text_probabilities(tr, [], _Scorer())))
+
+
+@pytest.mark.unit
+def test_choose_takes_the_fastest_policy_within_the_caps_on_every_family():
+    def agg(n, cuts, cuts_c, lat):
+        return {"n": n, "cuts": cuts, "cuts_complete": cuts_c, "n_complete": n // 2, "latency_sum": lat * (n - cuts)}
+
+    per_family = {  # three policies on two families
+        "a": [agg(100, 1, 0, 0.5), agg(100, 2, 0, 0.3), agg(100, 1, 0, 0.2)],
+        "b": [agg(100, 1, 0, 0.5), agg(100, 2, 1, 0.3), agg(100, 9, 0, 0.2)],
+    }
+    assert choose(per_family, ["a", "b"], cap=0.03, cap_complete=0.01) == 0  # 2: b over the cap
+    assert choose(per_family, ["a", "b"], cap=0.03, cap_complete=0.02) == 1  # 1: complete cut allowed
+    assert choose(per_family, ["a"], cap=0.03, cap_complete=0.0) == 2
+    assert choose(per_family, ["b"], cap=0.0, cap_complete=0.0) is None
+    r = rates(per_family["b"][1])
+    assert r["false_cutoff_rate"] == 0.02 and r["false_cutoff_complete"] == 0.02
+    assert r["latency_mean_s"] == pytest.approx(0.3)
+
+
+@pytest.mark.unit
+def test_score_counts_complete_and_paused_cutoffs_apart():
+    clips = [Clip("a", np.zeros(10, np.float32), 1.0, "complete", "f1"),
+             Clip("b", np.zeros(10, np.float32), 1.0, "paused", "f1"),
+             Clip("c", np.zeros(10, np.float32), 1.0, "paused", "f2"),
+             Clip("d", np.zeros(10, np.float32), 1.0, "complete", "f2")]
+    s = score([0.5, 1.2, 0.7, 1.1], clips, by_family=True)
+    assert s["false_cutoff_complete"] == 0.5 and s["false_cutoff_paused"] == 0.5
+    assert s["families"]["f1"]["false_cutoff_rate"] == 0.5 and s["families"]["f2"]["false_cutoff_paused"] == 1.0
+
+
+def _committed_clips():
+    return sorted(CLIPS.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return EndOfTurnDetector.load()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("meta_path", _committed_clips(), ids=lambda p: p.stem)
+def test_detector_waits_out_the_pause_and_ends_the_turn_for_each_family(detector, meta_path):
+    """One paused clip per family (a mid-sentence pause, then the rest of the sentence) with the
+    real STT's interim texts at their recorded arrival times, as `parley bench turn --stt`."""
+    meta = json.loads(meta_path.read_text())
+    audio, sr = read_wav(meta_path.with_suffix(".wav"))
+    assert sr == 16000 and meta["kind"] == "paused"
+    clip = Clip(meta_path.stem, audio, meta["turn_end"], meta["kind"], meta["family"], meta["text"])
+    (when,), _ = run_ours([clip], detector, [[tuple(x) for x in meta["stt_timeline"]]])
+    assert when is not None, "no decision after the turn"
+    assert when >= clip.turn_end, f"cut off at {when:.2f} s in the pause, turn ends {clip.turn_end:.2f} s"
+    assert when <= clip.turn_end + detector.policy.max_wait_s + 0.1
+
+
+@pytest.mark.unit
+def test_one_committed_clip_per_family():
+    families = {json.loads(p.read_text())["family"] for p in _committed_clips()}
+    assert families == set(FAMILY_NAMES)
+
+
+@pytest.mark.integration
+def test_transcripts_reach_the_detector_at_their_arrival_time(detector):
+    policy = EndpointingPolicy(min_wait_s=0.1, max_wait_s=1.2, high=0.7, low=0.3, text_weight=3.0)
+    det = detector.with_policy(policy)
+    meta_path = _committed_clips()[0]
+    meta = json.loads(meta_path.read_text())
+    audio, _ = read_wav(meta_path.with_suffix(".wav"))
+    clip = Clip("x", audio, meta["turn_end"], "paused")
+    end = clip.turn_end
+    (late,), _ = run_ours([clip], det, [[(0.1, "could you please book a table for the")]])
+    (early,), _ = run_ours([clip], det, [[(0.1, "could you please book a table for the"), (end + 0.05, meta["text"])]])
+    assert late is not None and early is not None and early < late
