@@ -31,7 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def engine():
-    return LLMEngine.from_pretrained(max_num_seqs=4, num_threads=1)
+    # `parley serve`'s default: speculation "auto", so draining and cutting run through it too
+    from llm_engine.speculative.config import SpeculativeConfig
+
+    return LLMEngine.from_pretrained(max_num_seqs=4, num_threads=1, speculative=SpeculativeConfig(method="auto"))
 
 
 def health(port: int) -> tuple[int, dict, dict]:
@@ -71,6 +74,24 @@ def test_drain_lets_streams_finish_and_refuses_new_requests(engine):
     stopper.join(30)
     assert not stopper.is_alive() and srv.cut == 0
     assert wait_for(lambda: free_blocks(engine) == total_blocks(engine))
+
+
+def test_metrics_report_speculative_acceptance(engine):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    srv = ServerThread(engine, ServerConfig(port=0, model_name=MODEL)).start()
+    try:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none", max_retries=0, timeout=60)
+        client.chat.completions.create(model=MODEL, max_tokens=16, temperature=0, messages=[
+            {"role": "user", "content": "Repeat after me: the quick brown fox jumps over the lazy dog."}])
+        with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/metrics", timeout=10) as r:
+            fams = {f.name: f.samples[0].value for f in text_string_to_metric_families(r.read().decode()) if f.samples}
+    finally:
+        srv.stop()
+    spec = engine.spec_metrics
+    assert fams["parley_spec_draft_tokens"] == spec.drafted > 0
+    assert fams["parley_spec_accepted_tokens"] == spec.accepted
+    assert fams["parley_spec_acceptance_rate"] == pytest.approx(spec.accepted / spec.drafted)
 
 
 def test_past_the_timeout_streams_end_with_an_error_and_free_their_blocks(engine):

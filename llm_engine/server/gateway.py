@@ -50,6 +50,9 @@ class Generation:
                 yield delta
             if final is not None:
                 self.output = final
+        if self.output.finish_reason == "error":  # the engine thread failed this step
+            raise APIError(500, f"the engine failed: {getattr(self.output, 'error', None) or 'unknown error'}",
+                           type="server_error", code="engine_error")
         if self.output.finish_reason == "abort":
             if self.shutdown:
                 raise APIError(503, "the server shut down before this request finished",
@@ -88,7 +91,9 @@ class Gateway:
         self.metrics.in_flight.set(len(self.live))
         return gen
 
-    def _add(self, gen: Generation) -> None:  # executor thread: tokenizing and add_request block
+    def _add(self, gen: Generation) -> None:
+        # In an executor thread: the chat template and tokenizer take milliseconds on a long
+        # prompt, which would stall every other stream on the loop.
         req, engine = gen.req, self.engine
         if req.kind == "chat":
             try:
