@@ -28,12 +28,6 @@ def test_talk_refuses_to_start(argv, words, capsys, monkeypatch):
     assert err.startswith("parley talk: error: ") and words in err and "Traceback" not in err
 
 
-def test_talk_without_the_session_module_says_so(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pipeline.session", None)
-    assert main(["talk", "--port", "0"]) == 2
-    assert "voice session (pipeline/session.py) is not part of this build" in capsys.readouterr().err
-
-
 def test_talk_serves_the_session_until_ctrl_c(capsys, monkeypatch):
     from websockets.asyncio.client import connect
 
@@ -48,7 +42,7 @@ def test_talk_serves_the_session_until_ctrl_c(capsys, monkeypatch):
 
     session = types.ModuleType("pipeline.session")
     session.SessionConfig = SessionConfig
-    session.session_factory = lambda config: factory
+    session.session_factory = lambda config, **kw: factory
     monkeypatch.setitem(sys.modules, "pipeline.session", session)
 
     async def talk(url: str) -> None:

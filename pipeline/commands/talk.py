@@ -14,8 +14,7 @@ def run(args) -> int:
     # Checked before any model loads: a public host without a token never starts.
     config = TalkConfig(host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions)
     # The voice session is imported here, not at module level: `parley -h` stays light.
-    from pipeline.config import SessionConfig
-    from pipeline.session import session_factory
+    from pipeline.session import SessionConfig, session_factory
 
     # 60 ms ahead of real time: the page's jitter buffer plays from it
     factory = session_factory(SessionConfig.from_args(args), lead_s=0.06)
