@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from llm_engine import LLMEngine
@@ -103,3 +105,26 @@ def test_history_is_trimmed_to_the_context_window_keeping_the_system_prompt():
     assert msgs[0] == system and msgs[-1] == turns[-1]
     assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit
     assert len(msgs) < 31 and msgs[1:] == turns[-(len(msgs) - 1):]  # the oldest went first
+
+
+async def test_prefill_ahead_caches_the_words_so_far_for_the_real_request():
+    from llm_engine import SamplingParams
+    from pipeline.plugins.llm import PrefillAhead
+
+    engine = LLMEngine.from_pretrained()
+    history = [{"role": "system", "content": "You are Parley, a friendly voice assistant."}]
+    ahead = PrefillAhead(engine, lambda: list(history), min_interval_s=0.5)
+    ahead.update("what is", 0.0)  # too few words: nothing sent
+    ahead.update("what is the capital of France", 1.0)
+    ahead.update("what is the capital of France and", 1.2)  # too soon after the last one
+    assert ahead.sent == 1
+    for _ in range(200):
+        if engine.num_free_blocks == engine.num_blocks:  # done: its blocks are cached and free
+            break
+        await asyncio.sleep(0.02)
+    stream = engine.stream_chat([*history, {"role": "user", "content": "what is the capital of France"}],
+                                SamplingParams(max_tokens=4, temperature=0.0))
+    async for _ in stream:
+        pass
+    out = stream.output
+    assert out.num_cached_tokens >= len(out.prompt_token_ids) - engine.bm.block_size, out.num_cached_tokens

@@ -45,8 +45,6 @@ async def test_hears_a_question_answers_it_and_says_what_it_wrote(components):
     finally:
         await vs.aclose()
     assert "paris" in reply["text"].lower(), reply
-    usage = vs.parts.llm.last_usage  # prefilled while the user spoke (prefill ahead, preemptive reply)
-    assert usage.prompt_cached_tokens >= 0.8 * usage.prompt_tokens, usage
     report = run.of("budget")[0]
     assert "france" in report["user_text"].lower() or "capital" in report["user_text"].lower(), report
     assert all(s["ms"] is not None for s in report["stages"]), report["stages"]
