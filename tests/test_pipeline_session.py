@@ -55,7 +55,17 @@ async def one_turn(config, components, audio=None, wait_s: float = 3.0):
 async def test_budget_marks_the_late_stage_and_the_loop_adds_no_endpointing_wait():
     cfg = fake_config(preemptive=False, response=ResponsePolicy(ack_enabled=False))
     llm = FakeLLM(["It is sunny and warm."], ttft_s=0.3, token_s=0.01)
-    _, run = await one_turn(cfg, fake_components(cfg, llm))
+    vs, run = await start(cfg, fake_components(cfg, llm))
+    metrics = []
+    vs.session.on("metrics_collected", lambda ev: metrics.append(ev.metrics))
+    try:
+        await play(vs, run, with_silence(piper_speech(QUESTION), 0.3, 0.2))
+        await wait_for(run, lambda: run.of("budget"), 3.0)
+        await asyncio.sleep(0.3)
+    finally:
+        await vs.aclose()
+    stt_usage = [m for m in metrics if type(m).__name__ == "STTMetrics"]
+    assert stt_usage and stt_usage[0].audio_duration > 1.5  # the usage event: audio heard this turn
     report = run.of("budget")[0]
     stages = {s["name"]: s for s in report["stages"]}
     assert all(s["ms"] is not None for s in stages.values()), stages

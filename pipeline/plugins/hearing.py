@@ -64,6 +64,8 @@ class ParleySTT(stt.STT):
 
 
 class ParleySTTStream(stt.RecognizeStream):
+    _audio_s = 0.0  # audio heard since the last usage report
+
     async def _run(self) -> None:
         plugin: ParleySTT = self._stt  # type: ignore[assignment]
         hearing = plugin.hearing
@@ -74,6 +76,7 @@ class ParleySTTStream(stt.RecognizeStream):
             async for frame in self._input_ch:
                 if not isinstance(frame, self._FlushSentinel):  # our detector decides the turn's end
                     hearing.push(frame_pcm(frame), frame.sample_rate)
+                    self._audio_s += frame.duration
 
         forwarder = asyncio.create_task(forward())
         try:
@@ -106,6 +109,9 @@ class ParleySTTStream(stt.RecognizeStream):
                 hearing = self._stt.hearing  # type: ignore[attr-defined]
                 self._event_ch.send_nowait(stt.SpeechEvent(stt.SpeechEventType.END_OF_SPEECH,
                                                            speech_end_time=_wall(hearing.last_speech_t)))
+                usage, self._audio_s = stt.RecognitionUsage(audio_duration=self._audio_s), 0.0
+                self._event_ch.send_nowait(stt.SpeechEvent(stt.SpeechEventType.RECOGNITION_USAGE,
+                                                           recognition_usage=usage))
         elif ev.kind == "error" and ev.error is not None:
             self._emit_error(ev.error, recoverable=True)
 
