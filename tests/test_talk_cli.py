@@ -42,7 +42,8 @@ def test_talk_serves_the_session_until_ctrl_c(capsys, monkeypatch):
 
     session = types.ModuleType("pipeline.session")
     session.SessionConfig = SessionConfig
-    session.session_factory = lambda config, **kw: factory
+    session.session_factory = lambda config, *a, **kw: factory
+    session.load_components = lambda config: None
     monkeypatch.setitem(sys.modules, "pipeline.session", session)
 
     async def talk(url: str) -> None:

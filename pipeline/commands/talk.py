@@ -14,10 +14,14 @@ def run(args) -> int:
     # Checked before any model loads: a public host without a token never starts.
     config = TalkConfig(host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions)
     # The voice session is imported here, not at module level: `parley -h` stays light.
-    from pipeline.session import SessionConfig, session_factory
+    from pipeline.session import SessionConfig, load_components, session_factory
 
+    session_config = SessionConfig.from_args(args)
+    # the models load before the page opens, not while the first visitor's audio queues up
+    print("parley talk: loading the models ...", file=sys.stderr, flush=True)
+    components = load_components(session_config)
     # 60 ms ahead of real time: the page's jitter buffer plays from it
-    factory = session_factory(SessionConfig.from_args(args), lead_s=0.06)
+    factory = session_factory(session_config, components, lead_s=0.06)
 
     def ready(server: TalkServer) -> None:
         url = server.url()
