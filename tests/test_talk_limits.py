@@ -69,7 +69,7 @@ async def test_bad_messages_close_that_connection_and_no_other(message, code, wo
 
 async def test_audio_far_faster_than_real_time_is_cut_off():
     factory = FakeSessionFactory()
-    async with TalkServer(TalkConfig(port=0, max_audio_burst_s=2.0), factory) as server:
+    async with TalkServer(TalkConfig(port=0, max_audio_ahead_s=2.0), factory) as server:
         ws, _ = await open_client(server.port)
         await send_speech(ws, np.zeros(16_000, np.float32))  # 1 s at once: within the burst
         await asyncio.sleep(0.3)
@@ -78,7 +78,24 @@ async def test_audio_far_faster_than_real_time_is_cut_off():
         code, reason = await close_of(ws)
         assert code == P.CLOSE_AUDIO_FLOOD and "faster than real time" in reason
     heard = sum(len(x) for x in factory.sessions[0].received) / 16_000
-    assert 2.0 <= heard < 3.5  # what the credit allowed (2 s + 2x the time it took), not all 4 s
+    assert 2.0 <= heard < 3.5  # 2 s ahead of the time it took, not all 4 s
+
+
+async def test_a_real_time_client_is_not_cut_off_while_the_session_loads():
+    # The first session loads the models (~15 s here) before any frame is read: a page
+    # streaming in real time meanwhile is then read in one burst, and must not count as a flood.
+    fakes = FakeSessionFactory()
+
+    async def slow_factory(audio_sink, event_sink):
+        await asyncio.sleep(1.0)
+        return await fakes(audio_sink, event_sink)
+
+    async with TalkServer(TalkConfig(port=0, max_audio_ahead_s=0.3), slow_factory) as server:
+        ws, _ = await open_client(server.port)
+        await send_speech(ws, speech_like(), pace_s=0.02)  # 2 s in real time
+        got = await collect_until(ws, lambda g: bool(g.frames))
+        await ws.close()
+    assert got.frames and fakes.sessions[0].turn == 1
 
 
 async def test_frames_far_over_the_limit_are_cut_by_the_transport():

@@ -35,8 +35,8 @@ class Connection:
         self.handle: SessionHandle | None = None
         self.frames_in = 0
         self.frames_out = 0
-        self._credit_s = config.max_audio_burst_s  # audio the client may still send ahead of the clock
-        self._credit_t = time.monotonic()
+        self._opened = time.monotonic()
+        self._audio_s = 0.0  # microphone audio received so far
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop(), name="talk-sender")
@@ -99,14 +99,11 @@ class Connection:
                 raise P.ProtocolError(P.CLOSE_BAD_MESSAGE, f"websocket error: {self._ws.exception()}")
 
     def _meter(self, seconds: float) -> None:
-        cfg = self._config
-        now = time.monotonic()
-        self._credit_s = min(cfg.max_audio_burst_s,
-                             self._credit_s + (now - self._credit_t) * cfg.max_audio_speed) - seconds
-        self._credit_t = now
-        if self._credit_s < 0:
+        self._audio_s += seconds
+        limit = self._config.max_audio_ahead_s
+        if self._audio_s - (time.monotonic() - self._opened) > limit:
             raise P.ProtocolError(P.CLOSE_AUDIO_FLOOD,
-                                  f"audio faster than real time: over {cfg.max_audio_burst_s:g} s ahead of the clock")
+                                  f"audio faster than real time: over {limit:g} s ahead of the clock")
 
     async def _send_loop(self) -> None:
         while True:
