@@ -163,13 +163,14 @@ class LatencyBudget:
         self._subscribers.append(callback)
 
     # -- marks from the stages ----------------------------------------------------------
-    def open_turn(self, t: float | None = None) -> TurnBudget:
-        """The user started speaking: a new turn, unless the open one has not ended yet."""
+    def open_turn(self, t: float | None = None, turn: int | None = None) -> TurnBudget:
+        """The user started speaking: a new turn (numbered `turn`, or the next number), unless
+        the open one has not ended yet."""
         if self.turn is None or "end_of_turn" in self.turn.marks:
             if self.turn is not None and "output_first_frame" not in self.turn.marks:
                 self._close(self.turn)  # ended, never answered (e.g. the user went on): report it
-            self.turn = TurnBudget(self._turns, self.config)
-            self._turns += 1
+            self.turn = TurnBudget(self._turns if turn is None else turn, self.config)
+            self._turns = self.turn.turn + 1
             self.turn.mark("speech_start", self.clock() if t is None else t)
         return self.turn
 

@@ -187,6 +187,8 @@ class Hearing:
             self._emit(HearingEvent("speech_end", self._last_speech_t, probability=p, turn=self._turn))
 
     def _transcripts(self, events) -> None:
+        if self._flushing is not None and not self._flushing.done():
+            return  # words of the turn being finalized, arriving late: the final supersedes them
         for ev in events:
             if ev.kind in ("interim", "preflight") and ev.text:
                 self._eot.push_transcript(ev.text)

@@ -64,7 +64,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         if ahead is not None and ev.kind in ("interim", "preflight"):
             ahead.update(ev.text, ev.t)
         if ev.kind == "speech_start":
-            budget.open_turn(ev.t)
+            budget.open_turn(ev.t, ev.turn)
         elif ev.kind == "end_of_turn":
             budget.mark("speech_end", ev.t - ev.silence_s)
             budget.mark("end_of_turn", ev.t)

@@ -79,6 +79,7 @@ class ParleySTTStream(stt.RecognizeStream):
                     self._audio_s += frame.duration
 
         forwarder = asyncio.create_task(forward())
+        get: asyncio.Future | None = None
         try:
             while True:
                 get = asyncio.ensure_future(events.get())
@@ -90,6 +91,8 @@ class ParleySTTStream(stt.RecognizeStream):
                 plugin._on_event(ev)
                 self._relay(ev)
         finally:
+            if get is not None and not get.done():
+                get.cancel()
             hearing.unsubscribe(events)
             forwarder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
