@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from stt.events import Word
 
+_END_PUNCT = ".?!,;:"
 _DRIFT_S = 0.1  # word boundaries of two decodes of the same audio differ by this much
 _MAX_ALIGN = 32  # stable words aligned at most (the newest ones)
 
@@ -57,6 +58,8 @@ class HypothesisBuffer:
         self.committed: list[Word] = []
         self.tail: list[Word] = []  # the last decode's words after the stable prefix
         self.stable_end = 0.0
+        self._prev_horizon = float("inf")  # the previous decode's horizon
+        self._held: Word | None = None  # the last stable word with the punctuation held back
 
     def _new_part(self, words: list[Word], from_s: float = 0.0) -> list[Word]:
         """The words of a decode of the buffer from `from_s` on that come after the stable ones."""
@@ -80,11 +83,15 @@ class HypothesisBuffer:
     def insert(self, words: list[Word], horizon: float = float("inf"), from_s: float = 0.0) -> list[Word]:
         """Take one decode's words; commit the prefix it shares with the previous one, up to
         words ending by `horizon` (a word at the buffer's edge may be cut mid-way: with a 0 s
-        guard, "to Wednesday" committed as "to one" twice in a row and stayed wrong)."""
+        guard, "to Wednesday" committed as "to one" twice in a row and stayed wrong). The word
+        must also have been inside the previous decode's horizon: espeak's "lights", cut at one
+        decode's edge as "life", was heard "life" again by the next decode (its own guard passed)
+        and stayed wrong, while a decode of the whole clip hears "lights"."""
         new = self._new_part(words, from_s)
+        limit, self._prev_horizon = min(horizon, self._prev_horizon), horizon
         k = 0
         while (k < min(len(new), len(self.tail)) and new[k].norm == self.tail[k].norm
-               and new[k].end <= horizon):
+               and new[k].end <= limit):
             k += 1
         self.commit(new[:k])
         self.tail = new[k:]
@@ -92,10 +99,27 @@ class HypothesisBuffer:
 
     def commit(self, words: list[Word]) -> None:
         if words:
+            self.release(words[0].text[:1].isupper())
             self.committed.extend(words)
             self.stable_end = max(self.stable_end, words[-1].end)
 
-    def commit_all(self, words: list[Word], from_s: float = 0.0) -> None:
-        """The decode covers a finished stretch of speech: all of it is stable."""
-        self.commit(self._new_part(words, from_s))
+    def commit_all(self, words: list[Word], from_s: float = 0.0, hold_end: bool = False) -> None:
+        """The decode covers a finished stretch of speech: all of it is stable. `hold_end`:
+        keep back the punctuation that ends it until we know whether speech follows."""
+        new = self._new_part(words, from_s)
+        self.commit(new)
         self.tail = []
+        last = self.committed[-1] if new else None
+        if hold_end and last is not None and last.text != last.text.rstrip(_END_PUNCT):
+            # a pause of ~100 ms ends a sentence or only a phrase ("three tablespoons of
+            # sugar. for the cake", "costs. $5.20" on diphone voices): the next words decide
+            self._held = last
+            self.committed[-1] = Word(last.text.rstrip(_END_PUNCT), last.start, last.end, last.probability,
+                                      last.attached)
+
+    def release(self, keep: bool = True) -> None:
+        """Give back (keep=True) or drop the punctuation `commit_all` held back. Either way the
+        stable text only grows: the punctuation goes right after the last stable word."""
+        if self._held is not None and keep:
+            self.committed[-1] = self._held
+        self._held = None

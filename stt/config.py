@@ -41,8 +41,10 @@ class TranscriberConfig:
     # when a flush came 250 ms after the speech, and the final waited for it.
     endpoint_silence_s: float = 0.09
     no_speech_threshold: float = 0.6
-    # At a pause and at flush, decode only the audio after the stable prefix (prompted with it):
-    # fewer tokens to decode where latency counts.
+    # When the flush needs a decode of its own (speech went on until the flush, so no pause
+    # decode covers it), decode only the audio after the stable prefix (prompted with it):
+    # fewer tokens to decode where latency counts. Pause decodes take the whole utterance
+    # unless pause_from_stable.
     flush_from_stable: bool = True
     # Acoustic context kept before that cut: with none, short tails decoded alone went wrong
     # ("ten minutes late" -> "10 it's late"; +5 WER points on the test clips).

@@ -131,7 +131,7 @@ class Utterance:
         if job.kind != "interim":
             # a finished stretch of speech: its decode is what flush would return, so it is
             # stable now (whisper_streaming's VAD-segment finish); see restart_at_pause
-            self.hyp.commit_all(job.words, start / SAMPLE_RATE)
+            self.hyp.commit_all(job.words, start / SAMPLE_RATE, hold_end=job.kind == "pause")
             self.complete_upto = job.n
             if self.config.restart_at_pause:
                 self.start = max(self.start, job.n)
@@ -202,6 +202,7 @@ class Utterance:
         needed): what is still unstable becomes stable."""
         self.hyp.commit(self.hyp.tail)
         self.hyp.tail = []
+        self.hyp.release()
         words = self.hyp.committed
         text = join_words(words)
         return self._event("final", text, text, words, decode_s, time.perf_counter() - requested_wall)

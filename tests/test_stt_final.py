@@ -108,7 +108,7 @@ def test_flush_takes_the_pause_decode_in_flight_that_covers_the_speech():
     with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
         _push(st, 0.0, 2.048, 1.0)  # 64 windows of speech, no interim due (10 s interval)
         _push(st, 2.048, 2.048 + 0.128, 0.0)  # 4 windows of silence: the pause decode starts
-        _wait(lambda: decoder.calls == 0 and st._running)
+        _wait(lambda: decoder.started == 1)
         t_flush = time.perf_counter()
         final = st.flush(timeout=10)
     assert final.text == "Do you have any tips for a beginner?"
@@ -122,12 +122,13 @@ def test_flush_never_waits_for_a_decode_that_misses_speech():
     decoder = ScriptedWhisper(SPOKEN, delay_s=0.6, scale=SCALE)
     with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
         _push(st, 0.0, 1.024, 1.0)  # an interim decode starts (0.5 s of speech)
-        _wait(lambda: bool(st._running))
+        _wait(lambda: decoder.started == 1)
         _push(st, 1.024, 2.048, 1.0)  # more speech while it runs: it no longer covers it
         _push(st, 2.048, 2.048 + 0.064, 0.0)  # and the turn ends: flush before any pause decode
         t_flush = time.perf_counter()
         final = st.flush(timeout=10)
-        interim_end = min(e for _, e in decoder.log)
+        assert st.wait_idle(10)  # the abandoned interim ends too
+    interim_end = min(e for _, e in decoder.log)
     assert final.text == "Do you have any tips for a beginner?"
     starts = sorted(s for s, _ in decoder.log)
     assert len(starts) == 2  # the abandoned interim, the flush's own decode

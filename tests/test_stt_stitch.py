@@ -139,11 +139,14 @@ class ScriptedWhisper(WhisperDecoder):
         self.partial, self.delay_s, self.scale = partial or {}, delay_s, scale
         self.calls = 0
         self.cuts = 0  # decodes that heard a word cut short
+        self.started = 0  # decodes begun
         self.log: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
     def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None):
         t0 = time.perf_counter()
+        with self._lock:
+            self.started += 1
         time.sleep(self.delay_s)
         out = super().decode(audio, prompt, beam_size)
         with self._lock:
@@ -235,3 +238,20 @@ def test_forced_cut_of_a_long_unstable_buffer_keeps_every_word_once():
     utt, _, final = run_utterance(ScriptedWhisper(spoken, unstable=True), 40.0)
     assert utt.hyp.stable_end > 13  # the forced cut happened
     assert [int(w.norm[1:-1]) for w in final.words] == list(range(len(spoken)))
+
+
+def test_punctuation_at_a_pause_waits_for_the_next_words():
+    # a ~100 ms pause inside a sentence: "sugar." then "for the cake." reads "sugar for the cake."
+    h = HypothesisBuffer()
+    h.commit_all(W((" I", 0.0, 0.2), (" need", 0.2, 0.5), (" sugar.", 0.5, 1.0)), hold_end=True)
+    assert join_words(h.committed) == "I need sugar"
+    h.commit_all(W((" I", 0.0, 0.2), (" need", 0.2, 0.5), (" sugar", 0.5, 1.0), (" for", 1.2, 1.4),
+                   (" the", 1.4, 1.5), (" cake.", 1.5, 2.0)), hold_end=True)
+    h.release()  # the flush: nothing followed
+    assert join_words(h.committed) == "I need sugar for the cake."
+    # a new sentence after the pause keeps it; the stable text only grew
+    h = HypothesisBuffer()
+    h.commit_all(W((" Book", 0.0, 0.3), (" it.", 0.3, 0.6)), hold_end=True)
+    before = join_words(h.committed)
+    h.commit(W((" At", 1.0, 1.2), (" eight", 1.2, 1.5)))
+    assert join_words(h.committed) == "Book it. At eight" and join_words(h.committed).startswith(before)

@@ -1,0 +1,39 @@
+"""The STT benchmark's own measures (no model, no synthesizer): where speech ends, what counts
+as a lost tail word, and the per-delay summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.stt import speech_end_s, summarize, tail_lost
+
+pytestmark = pytest.mark.unit
+
+
+def test_speech_end_ignores_the_synthesizers_near_silence():
+    t = np.arange(16_000) / 16_000
+    tone = (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    hiss = np.full(8000, 0.002, np.float32)  # 0.4% of the peak: below the 2% floor
+    assert speech_end_s(np.concatenate([tone, hiss])) == pytest.approx(1.0, abs=0.011)
+    assert speech_end_s(np.zeros(1600, np.float32)) == 0.0
+
+
+def test_tail_lost_is_the_last_word_missing_from_the_end():
+    assert not tail_lost("Do you have any tips for a beginner?", "do you have any tips for beginner")
+    assert tail_lost("Do you have any tips for a beginner?", "Do you have any tips")
+    assert not tail_lost("No, the green one.", "no the green one. one")  # among the last two
+    assert not tail_lost("", "anything")
+
+
+def test_summary_counts_finals_without_their_own_decode():
+    rows = [{"final_latency_s": lat, "final_decode_s": dec, "no_new_decode": dec == 0.0, "interim_gap_s": 0.5,
+             "interim_latency_s": 0.01, "preflight": True, "decode_s": 0.2, "duration_s": 2.0, "cpu_s": 1.0,
+             "wall_s": 2.0, "text": "turn the lights off", "final": final}
+            for lat, dec, final in [(0.01, 0.0, "turn the lights off"), (0.2, 0.15, "turn the lights"),
+                                    (0.05, 0.0, "turn the lights off")]]
+    s = summarize(rows, 0.25)
+    assert s["final_no_new_decode_share"] == pytest.approx(2 / 3)
+    assert s["final_latency_ms_p50"] == pytest.approx(50.0)
+    assert s["tail_lost_stream"] == 1 and s["wer_stream"] == pytest.approx(100 / 12)
+    assert s["stream_cpu_cores"] == pytest.approx(0.5)
