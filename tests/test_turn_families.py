@@ -91,6 +91,7 @@ def test_detector_waits_out_the_pause_and_ends_the_turn_for_each_family(detector
     meta = json.loads(meta_path.read_text())
     audio, sr = read_wav(meta_path.with_suffix(".wav"))
     assert sr == 16000 and meta["kind"] == "paused"
+    audio = np.concatenate([audio, np.zeros(int(2.5 * sr), dtype=np.float32)])  # committed: turn end + 1.5 s
     clip = Clip(meta_path.stem, audio, meta["turn_end"], meta["kind"], meta["family"], meta["text"])
     (when,), _ = run_ours([clip], detector, [[tuple(x) for x in meta["stt_timeline"]]])
     assert when is not None, "no decision after the turn"

@@ -33,13 +33,14 @@ from turn_detection.training.tune import Trace, sweep, trace
 
 BARS = {
     "eval_silence_s": (0.032,),
-    "min_wait_s": (0.064, 0.1, 0.2),
-    "max_wait_s": (0.8, 1.0, 1.2),
+    "min_wait_s": (0.1, 0.2),
+    # the outside check's pauses run to 1.5 s, and any pause ends at max_wait_s
+    "max_wait_s": (1.0, 1.2, 1.6, 2.0),
     "high": (0.6, 0.7, 0.8, 0.9, 0.95),
     "low": (0.05, 0.1, 0.2, 0.3, 0.5),
     "curve": (1.0, 2.0),
 }
-MIX = {"audio_weight": (0.5, 1.0), "text_weight": (0.0, 0.5, 1.0, 2.0), "text_bias": (-1.0, 0.0, 1.0)}
+MIX = {"audio_weight": (0.25, 0.5, 1.0), "text_weight": (0.0, 0.5, 1.0, 2.0, 3.0), "text_bias": (-1.0, 0.0, 1.0)}
 
 
 def text_probabilities(tr: Trace, timeline: list[tuple[float, str]], scorer: CompletenessScorer) -> np.ndarray:

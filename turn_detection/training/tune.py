@@ -57,8 +57,11 @@ class Trace:
 
 
 def trace(detector: EndOfTurnDetector, audio: np.ndarray, turn_end: float) -> Trace:
-    """Stream `audio` window by window through a never-ending copy of `detector`'s policy."""
-    probe = replace(detector.policy, eval_silence_s=0.0, min_wait_s=60.0, max_wait_s=60.0)
+    """Stream `audio` window by window through a never-ending copy of `detector`'s policy,
+    recording the prosodic P alone (replayed policies must have audio_weight 1 and no text
+    terms, or mix P first: training/loso.py)."""
+    probe = replace(detector.policy, eval_silence_s=0.0, min_wait_s=60.0, max_wait_s=60.0,
+                    audio_weight=1.0, text_weight=0.0, text_bias=0.0)  # the raw prosodic P
     stream = EndOfTurnDetector(detector.vad, detector.classifier, probe).stream()
     t, sil, prob = [], [], []
     for i in range(0, len(audio) - WINDOW + 1, WINDOW):
@@ -137,7 +140,10 @@ def cached_feature_traces(vad, seed: int, cache, split_name: str = "validation")
 
 
 def decision(tr: Trace, policy: EndpointingPolicy) -> float | None:
-    """When `policy` would have ended the turn on this trace (the benchmark's time_s)."""
+    """When `policy` would have ended the turn on this trace (the benchmark's time_s), with
+    no transcript: P is the policy's weighting of the trace's prosodic P."""
+    if policy.audio_weight != 1.0:
+        tr = Trace(tr.time_s, tr.silence_s, policy.combine_many(tr.probability, None), tr.turn_end)
     return decisions(_Stacked([tr]), policy)[0]
 
 
