@@ -117,3 +117,36 @@ def test_transcripts_reach_the_detector_at_their_arrival_time(detector):
     (late,), _ = run_ours([clip], det, [[(0.1, "could you please book a table for the")]])
     (early,), _ = run_ours([clip], det, [[(0.1, "could you please book a table for the"), (end + 0.05, meta["text"])]])
     assert late is not None and early is not None and early < late
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("voice", [FAMILIES["flite"][4], FAMILIES["festival"][0]], ids=lambda v: v.label)
+def test_debian_voices_speak_at_16_khz(voice):
+    import shutil
+
+    from turn_detection.training.data import synthesize
+
+    if shutil.which("flite" if voice.engine == "flite" else "text2wave") is None:
+        pytest.skip(f"Debian {voice.engine} not installed (only regenerating family data needs it)")
+    audio = synthesize(voice, "Close the garage door.")
+    assert audio.dtype == np.float32 and 0.6 < len(audio) / 16000 < 3.0
+    assert np.sqrt(np.mean(audio**2)) > 0.01
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_stt_timeline_brings_the_words_after_they_are_spoken(tmp_path):
+    from benchmarks.turn_stt import stt_timelines
+
+    meta_path = next(p for p in _committed_clips() if p.stem.startswith("piper"))
+    meta = json.loads(meta_path.read_text())
+    audio, _ = read_wav(meta_path.with_suffix(".wav"))
+    clip = Clip(meta_path.stem, audio, meta["turn_end"], meta["kind"], meta["family"], meta["text"])
+    cache = tmp_path / "stt.json"
+    (timeline,) = stt_timelines([clip], cache)
+    assert cache.is_file() and stt_timelines([clip], cache) == [timeline]  # read back, not redone
+    times = [t for t, _ in timeline]
+    assert times == sorted(times) and times[0] > meta["speech"][0][0]
+    last = normalize(timeline[-1][1])
+    assert timeline[-1][0] > clip.turn_end  # the last words come after they were spoken
+    assert len(set(last) & set(normalize(meta["text"]))) >= len(normalize(meta["text"])) // 2
