@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
-APT_PACKAGES=(espeak-ng g++ flite chromium chromium-driver)
+APT_PACKAGES=(espeak-ng g++ flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts chromium chromium-driver)
 # espeak-ng: the fallback TTS backend and a test voice; g++: the CPU kernels; flite: voices of the
-# voice benchmark's sample (benchmarks/make_voice_sample.py) and of the turn-detection families;
+# voice benchmark's sample (benchmarks/make_voice_sample.py), the STT benchmark and the turn-detection
+# families, with festival and its three American voices;
 # chromium(-driver): the talk page's browser test
 
 missing=()
