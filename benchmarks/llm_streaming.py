@@ -74,6 +74,35 @@ def summarize(runs: list[dict[str, Any]], clients: int) -> dict[str, float]:
             "tokens_per_pass": sum(r["tokens"] - 1 for r in runs) / passes if passes else 1.0}
 
 
+def fp32_nll(ref: LLMEngine, engines: dict[str, LLMEngine], max_tokens: int) -> dict[str, float]:
+    """Mean negative log-likelihood per token, under the fp32 model, of each format's greedy
+    replies to the voice prompts: a reply that leaves fp32's path at a near-tie costs almost
+    nothing here, one that says something fp32 finds unlikely costs a lot (fp32's own greedy
+    replies are the reference)."""
+    from dataclasses import replace
+
+    import torch
+
+    from llm_engine.speculative.engine_target import EngineTarget
+
+    scorer = LLMEngine(ref.model, ref.tokenizer, replace(ref.config, enable_prefix_caching=False))
+    target = EngineTarget(scorer)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    out: dict[str, float] = {}
+    for fmt, e in engines.items():
+        nll, n = 0.0, 0
+        for i, chat in enumerate(voice_chats()):
+            ids = e.encode_chat(chat)
+            reply = e.generate([ids], params)[0].token_ids
+            _, logits = target.extend(f"{fmt}-{i}", ids + reply)
+            target.release(f"{fmt}-{i}")
+            logp = torch.log_softmax(logits[len(ids) - 1: len(ids) - 1 + len(reply)], -1)
+            nll -= float(logp[torch.arange(len(reply)), torch.tensor(reply)].sum())
+            n += len(reply)
+        out[fmt] = nll / n
+    return out
+
+
 def alternate(engines: dict[str, LLMEngine], j: int) -> list[tuple[str, LLMEngine]]:
     items = list(engines.items())
     return items if j % 2 == 0 else items[::-1]
@@ -168,6 +197,7 @@ def stream_section(formats: list[str], max_tokens: int = 48, repeats: int = 1) -
         for fmt, e in plains.items():
             if fmt != "fp32":
                 res["formats"][fmt]["greedy_vs_fp32"] = greedy_agreement(plains["fp32"], e, max_tokens)
+        res["fp32_nll_per_token"] = fp32_nll(plains["fp32"], plains, max_tokens)
     return res
 
 
@@ -192,4 +222,7 @@ def stream_table(res: dict[str, Any]) -> str:
             lines.append(f"{fmt} vs fp32 greedy: {g['identical']}/{g['prompts']} identical, tokens before "
                          f"divergence {g['tokens_before_divergence']}")
         lines.append("")
+    if "fp32_nll_per_token" in res:
+        lines.append("greedy replies' NLL per token under fp32: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in res["fp32_nll_per_token"].items()))
     return "\n".join(lines)

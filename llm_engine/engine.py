@@ -31,7 +31,13 @@ from llm_engine.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-# LLMEngine.for_voice(): the voice loop's defaults (see benchmarks/llm_engine.py --stream)
+# LLMEngine.for_voice(): the voice loop's defaults, chosen by `parley bench llm --stream-only`
+# (benchmarks/results/2026-12-04-cpu2zen4-llm_engine-stream.json, 2-core Zen 4, 1 thread,
+# shared machine): first clause with "auto" 423 ms int8 vs 927 bf16 vs 1013 fp32 in the same
+# run (load ~8: idle is several times faster); greedy replies agree with fp32's on 0/8 prompts
+# in int8 (7/8 bf16), but the divergences are near-ties: fp32 scores int8's replies at 0.708
+# nats/token against 0.676 for its own argmax path (bf16 0.695). "auto" (EAGLE head + n-gram
+# lookup) streamed 1.35x plain in int8 at 1 client and never changes the text.
 VOICE_WEIGHT_FORMAT = "int8"
 VOICE_SPECULATIVE = "auto"
 
