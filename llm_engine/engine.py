@@ -74,6 +74,7 @@ class LLMEngine:
         self._aborts: queue.SimpleQueue[Request] = queue.SimpleQueue()  # aborted, blocks not yet freed
         self._wake = threading.Event()
         self._in_step = False
+        self._unflushed: list[Request] = []  # requests with deltas this step (Request.flush)
         self._worker: threading.Thread | None = None
         self._ids = itertools.count()
 
@@ -270,7 +271,10 @@ class LLMEngine:
                 self._drain_inbox()
                 self._drain_aborts()
                 done = self._step_locked()
+                for req in self._unflushed:
+                    req.flush()
             finally:
+                self._unflushed.clear()
                 self._in_step = False
             self._drain_aborts()
             return done
@@ -345,7 +349,9 @@ class LLMEngine:
         elif reason is None and (seq.num_output_tokens >= p.max_tokens or len(seq) >= self.token_limit):
             reason = "length"
         if req.sink is not None and delta:
-            req.sink(delta, None)
+            if not req.pending:
+                self._unflushed.append(req)
+            req.pending.append(delta)
         return reason
 
     def _finish(self, seq: Sequence, reason: str) -> RequestOutput | None:
@@ -354,6 +360,7 @@ class LLMEngine:
             return None  # already finished (an abort frees it when the step ends)
         extra = None if self._spec is None else self._spec.request_metrics(seq)
         self._release(req)
+        req.flush()
         return req.finish(reason, extra)
 
     def is_running(self, request_id: str) -> bool:
