@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--stream-only", action="store_true", help="run only the streaming section")
     ap.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int8"], help="streaming: weight formats")
     ap.add_argument("--stream-tokens", type=int, default=48, help="streaming: max tokens per reply")
+    ap.add_argument("--stream-repeats", type=int, default=1, help="streaming: passes over the prompts")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     res: dict = {}
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         print(table(res))
     if a.stream or a.stream_only:
         torch.set_num_threads(1)
-        res["stream"] = stream_section(a.formats, a.stream_tokens)
+        res["stream"] = stream_section(a.formats, a.stream_tokens, a.stream_repeats)
         print(stream_table(res["stream"]))
     if a.json:
         with open(a.json, "w") as f:

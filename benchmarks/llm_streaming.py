@@ -74,16 +74,38 @@ def summarize(runs: list[dict[str, Any]], clients: int) -> dict[str, float]:
             "tokens_per_pass": sum(r["tokens"] - 1 for r in runs) / passes if passes else 1.0}
 
 
-def generate_tok_s(engine: LLMEngine, chats, params: SamplingParams) -> tuple[float, list[str]]:
-    """generate() (chat) at batch 1 on the same prompts: decode tok/s after the first token."""
-    toks = secs = 0.0
-    texts = []
-    for c in chats:
-        o = engine.chat([c], params)[0]
-        toks += len(o.token_ids) - 1
-        secs += o.metrics["total_s"] - o.metrics["ttft_s"]
-        texts.append(o.text)
-    return toks / secs, texts
+def fp32_nll(ref: LLMEngine, engines: dict[str, LLMEngine], max_tokens: int) -> dict[str, float]:
+    """Mean negative log-likelihood per token, under the fp32 model, of each format's greedy
+    replies to the voice prompts: a reply that leaves fp32's path at a near-tie costs almost
+    nothing here, one that says something fp32 finds unlikely costs a lot (fp32's own greedy
+    replies are the reference)."""
+    from dataclasses import replace
+
+    import torch
+
+    from llm_engine.speculative.engine_target import EngineTarget
+
+    scorer = LLMEngine(ref.model, ref.tokenizer, replace(ref.config, enable_prefix_caching=False))
+    target = EngineTarget(scorer)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    out: dict[str, float] = {}
+    for fmt, e in engines.items():
+        nll, n = 0.0, 0
+        for i, chat in enumerate(voice_chats()):
+            ids = e.encode_chat(chat)
+            reply = e.generate([ids], params)[0].token_ids
+            _, logits = target.extend(f"{fmt}-{i}", ids + reply)
+            target.release(f"{fmt}-{i}")
+            logp = torch.log_softmax(logits[len(ids) - 1: len(ids) - 1 + len(reply)], -1)
+            nll -= float(logp[torch.arange(len(reply)), torch.tensor(reply)].sum())
+            n += len(reply)
+        out[fmt] = nll / n
+    return out
+
+
+def alternate(engines: dict[str, LLMEngine], j: int) -> list[tuple[str, LLMEngine]]:
+    items = list(engines.items())
+    return items if j % 2 == 0 else items[::-1]
 
 
 def long_conversation(tag: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -127,10 +149,12 @@ async def prefill_ahead(engine: LLMEngine, repeats: int = 3) -> dict[str, float]
             "ttft_prefilled_ms": 1e3 * a, "prefilled_over_cold": a / c}
 
 
-def stream_section(formats: list[str], max_tokens: int = 48) -> dict[str, Any]:
+def stream_section(formats: list[str], max_tokens: int = 48, repeats: int = 1) -> dict[str, Any]:
     chats = voice_chats()
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    res: dict[str, Any] = {"prompts": len(chats), "max_tokens": max_tokens, "threads": 1, "formats": {}}
+    res: dict[str, Any] = {"prompts": len(chats), "max_tokens": max_tokens, "threads": 1, "repeats": repeats,
+                           "formats": {}}
+    plains: dict[str, LLMEngine] = {}
     for fmt in formats:
         plain = LLMEngine.from_pretrained(weight_format=fmt, max_cache_tokens=8192)
         spec = LLMEngine(plain.model, plain.tokenizer, plain.config)  # same weights, own cache
@@ -141,25 +165,39 @@ def stream_section(formats: list[str], max_tokens: int = 48) -> dict[str, Any]:
         r: dict[str, Any] = {}
         texts: dict[str, dict[int, list[str]]] = {name: {} for name in engines}
         for clients in (1, 4):
-            runs = {name: [] for name in engines}
-            for i in range(0, len(chats), 4):  # alternate engines every 4 prompts
-                for name, e in engines.items():
-                    runs[name] += asyncio.run(streams(e, chats[i: i + 4], params, clients))
+            runs: dict[str, list] = {name: [] for name in engines}
+            for _ in range(repeats):
+                for j, i in enumerate(range(0, len(chats), clients)):  # A B, then B A: drift cancels
+                    for name, e in alternate(engines, j):
+                        runs[name] += asyncio.run(streams(e, chats[i: i + clients], params, clients))
             for name in engines:
                 r[f"stream_c{clients}_{name}"] = summarize(runs[name], clients)
                 texts[name][clients] = [x["text"] for x in runs[name]]
             r[f"stream_c{clients}_auto_over_off"] = (r[f"stream_c{clients}_auto"]["decode_tok_s"]
                                                      / r[f"stream_c{clients}_off"]["decode_tok_s"])
-        gen_texts = {}
-        for name, e in engines.items():
-            r[f"generate_b1_{name}_tok_s"], gen_texts[name] = generate_tok_s(e, chats, params)
+        gen: dict[str, list] = {name: [] for name in engines}
+        for j, c in enumerate(chats):
+            for name, e in alternate(engines, j):
+                gen[name].append(e.chat([c], params)[0])
+        gen_texts = {name: [o.text for o in outs] for name, outs in gen.items()}
+        for name, outs in gen.items():
+            r[f"generate_b1_{name}_tok_s"] = (sum(len(o.token_ids) - 1 for o in outs)
+                                              / sum(o.metrics["total_s"] - o.metrics["ttft_s"] for o in outs))
         r["generate_b1_auto_over_off"] = r["generate_b1_auto_tok_s"] / r["generate_b1_off_tok_s"]
         r["greedy_identical"] = {
             "stream_c1": texts["off"][1] == texts["auto"][1], "stream_c4": texts["off"][4] == texts["auto"][4],
-            "generate": gen_texts["off"] == gen_texts["auto"], "stream_vs_generate": texts["off"][1] == gen_texts["off"]}
+            "generate": gen_texts["off"] == gen_texts["auto"], "stream_vs_generate": texts["off"][1][: len(chats)] == gen_texts["off"]}
         r["prefill_ahead"] = asyncio.run(prefill_ahead(spec))
         res["formats"][fmt] = r
+        plains[fmt] = plain
         print(f"stream {fmt}: " + json.dumps(r), flush=True)
+    if "fp32" in plains:  # the other half of the voice default's choice: how far each format drifts
+        from benchmarks.llm_engine import greedy_agreement
+
+        for fmt, e in plains.items():
+            if fmt != "fp32":
+                res["formats"][fmt]["greedy_vs_fp32"] = greedy_agreement(plains["fp32"], e, max_tokens)
+        res["fp32_nll_per_token"] = fp32_nll(plains["fp32"], plains, max_tokens)
     return res
 
 
@@ -178,5 +216,13 @@ def stream_table(res: dict[str, Any]) -> str:
                      f"{r['generate_b1_auto_tok_s']:.1f} tok/s ({r['generate_b1_auto_over_off']:.2f}x); greedy "
                      f"identical {r['greedy_identical']}; {pa['prompt_tokens']}-token TTFT cold "
                      f"{pa['ttft_cold_ms']:.1f} ms, prefilled ahead {pa['ttft_prefilled_ms']:.1f} ms "
-                     f"({pa['prefilled_over_cold']:.2f}, {pa['cached_tokens']:.0f} tokens cached)\n")
+                     f"({pa['prefilled_over_cold']:.2f}, {pa['cached_tokens']:.0f} tokens cached)")
+        if "greedy_vs_fp32" in r:
+            g = r["greedy_vs_fp32"]
+            lines.append(f"{fmt} vs fp32 greedy: {g['identical']}/{g['prompts']} identical, tokens before "
+                         f"divergence {g['tokens_before_divergence']}")
+        lines.append("")
+    if "fp32_nll_per_token" in res:
+        lines.append("greedy replies' NLL per token under fp32: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in res["fp32_nll_per_token"].items()))
     return "\n".join(lines)

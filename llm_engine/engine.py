@@ -31,7 +31,13 @@ from llm_engine.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-# LLMEngine.for_voice(): the voice loop's defaults (see benchmarks/llm_engine.py --stream)
+# LLMEngine.for_voice(): the voice loop's defaults, chosen by `parley bench llm --stream-only`
+# (benchmarks/results/2026-12-04-cpu2zen4-llm_engine-stream.json, 2-core Zen 4, 1 thread,
+# shared machine): first clause with "auto" 423 ms int8 vs 927 bf16 vs 1013 fp32 in the same
+# run (load ~8: idle is several times faster); greedy replies agree with fp32's on 0/8 prompts
+# in int8 (7/8 bf16), but the divergences are near-ties: fp32 scores int8's replies at 0.708
+# nats/token against 0.676 for its own argmax path (bf16 0.695). "auto" (EAGLE head + n-gram
+# lookup) streamed 1.35x plain in int8 at 1 client and never changes the text.
 VOICE_WEIGHT_FORMAT = "int8"
 VOICE_SPECULATIVE = "auto"
 
@@ -68,6 +74,7 @@ class LLMEngine:
         self._aborts: queue.SimpleQueue[Request] = queue.SimpleQueue()  # aborted, blocks not yet freed
         self._wake = threading.Event()
         self._in_step = False
+        self._unflushed: list[Request] = []  # requests with deltas this step (Request.flush)
         self._worker: threading.Thread | None = None
         self._ids = itertools.count()
 
@@ -264,7 +271,10 @@ class LLMEngine:
                 self._drain_inbox()
                 self._drain_aborts()
                 done = self._step_locked()
+                for req in self._unflushed:
+                    req.flush()
             finally:
+                self._unflushed.clear()
                 self._in_step = False
             self._drain_aborts()
             return done
@@ -339,7 +349,9 @@ class LLMEngine:
         elif reason is None and (seq.num_output_tokens >= p.max_tokens or len(seq) >= self.token_limit):
             reason = "length"
         if req.sink is not None and delta:
-            req.sink(delta, None)
+            if not req.pending:
+                self._unflushed.append(req)
+            req.pending.append(delta)
         return reason
 
     def _finish(self, seq: Sequence, reason: str) -> RequestOutput | None:
@@ -348,6 +360,7 @@ class LLMEngine:
             return None  # already finished (an abort frees it when the step ends)
         extra = None if self._spec is None else self._spec.request_metrics(seq)
         self._release(req)
+        req.flush()
         return req.finish(reason, extra)
 
     def is_running(self, request_id: str) -> bool:

@@ -25,8 +25,17 @@ class Request:
     t_first_token: float | None = None
     output: RequestOutput | None = None
     num_emitted: int = 0  # output tokens accepted so far (speculative drafts in flight excluded)
+    pending: list[str] = field(default_factory=list)  # this step's text deltas, sent once per step
     # finish() runs on the engine thread (stop, length) or on any thread (abort): exactly once
     _finish_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def flush(self) -> None:
+        """Send this step's deltas as one (a verify pass accepts several tokens: one wake-up
+        of the consumer's event loop per step, not per token)."""
+        if self.pending and self.sink is not None and self.output is None:
+            text = "".join(self.pending)
+            self.pending.clear()
+            self.sink(text, None)
 
     def finish(self, reason: str, extra: dict[str, float] | None = None, error: str | None = None) -> RequestOutput:
         with self._finish_lock:

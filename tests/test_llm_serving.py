@@ -168,7 +168,24 @@ def test_aborts_at_every_point_free_every_block(model_dir, alone):
     assert hit["draft"] is True and out.finish_reason == "abort"
     assert eng.num_free_blocks == free and not eng.has_unfinished()
 
-    # verifying: aborted from inside the sink while accepted tokens are emitted
+    # verifying: aborted (from another thread) while the pass's drafts are being accepted
+    spec = eng._speculator()
+    verify = spec.verify
+
+    def aborting_verify(seq, logits, feats):
+        if "verify" not in hit:
+            t = threading.Thread(target=lambda: hit.setdefault("verify", eng.abort(seq.request_id)))
+            t.start()
+            t.join()
+        return verify(seq, logits, feats)
+
+    spec.verify = aborting_verify
+    out = eng.generate([PROMPTS[3]], GREEDY)[0]
+    spec.verify = verify
+    assert hit["verify"] is True and out.finish_reason == "abort"
+    assert eng.num_free_blocks == free and not eng.has_unfinished()
+
+    # from inside the sink (the engine thread, lock held): deltas stop, the blocks go after the step
     got = []
 
     def sink(delta, final):
@@ -177,10 +194,10 @@ def test_aborts_at_every_point_free_every_block(model_dir, alone):
             assert eng.abort("v") is True
 
     eng.add_request(PROMPTS[0], GREEDY, request_id="v", sink=sink)
-    for _ in range(20):
+    for _ in range(30):
         eng.step()
-    assert got[-1] is not None and got[-1].finish_reason == "abort" and got.count(None) >= 3
-    assert eng.spec_metrics.drafted > 0
+    assert got[-1] is not None and got[-1].finish_reason == "abort" and got.count(None) == 3
+    assert eng.spec_metrics.drafted > 0 and eng.spec_metrics.accepted > 0
     assert eng.num_free_blocks == free and not eng.has_unfinished()
 
 

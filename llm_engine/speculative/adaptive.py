@@ -100,6 +100,7 @@ class AdaptiveDraftLength:
     prior: float = 0.6
     probe_every: int = 8  # after this many k=0 steps, try k=1 again
     cost: Callable[[int], float] | None = None  # k -> relative step cost (StepCosts.relative)
+    batch_margin: float = 0.1  # next_k(others > 0): the gain a draft must promise in a batch
     rate: float = field(init=False)
     _idle: int = field(init=False, default=0)
 
@@ -118,9 +119,12 @@ class AdaptiveDraftLength:
 
     def next_k(self, others: float = 0.0, cost: Callable[[int], float] | None = None) -> int:
         """others: tokens the rest of the batch emits this step (0 at batch 1); cost: k ->
-        relative step cost in that batch (default: the batch-1 cost)."""
+        relative step cost in that batch (default: the batch-1 cost). In a batch a draft must
+        promise batch_margin more output than the plain step: a wrong k slows every sequence,
+        and step times measured on a shared CPU move by ~10% step to step (bf16 at 4 streams
+        lost 10-20% without the margin: 2026-12-04 stream benchmarks)."""
         cost = cost or self._cost
-        best_k, best = 0, (others + 1.0) / cost(0)
+        best_k, best = 0, (others + 1.0) / cost(0) * (1.0 + (self.batch_margin if others > 0 else 0.0))
         for k in range(1, self.k_max + 1):
             gain = (others + self.expected(k)) / cost(k)
             if gain > best + 1e-9:

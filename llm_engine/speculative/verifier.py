@@ -3,6 +3,10 @@
 Sequences advance step by step together (continuous batching: each sequence has its own k
 from its own adaptive controller, 0 meaning a plain decode step); the target sees each
 sequence's k+1 query tokens against its cache, and rejected slots are truncated away.
+
+LLMEngine does not run this loop: it speculates inside its own step (speculative/step.py),
+so streaming, batching, preemption and abort apply. This loop drives any `Target` on its own:
+Hugging Face models in the tests, and drafter-against-drafter studies (benchmarks/speculative.py).
 """
 
 from __future__ import annotations
