@@ -81,19 +81,26 @@ class TurnBudget:
         return (m["output_first_frame"] - m["speech_end"]) * 1000.0
 
     def report(self) -> dict[str, Any]:
+        """Each stage's own time (`ms`) and its share of the critical path (`critical_ms`): the
+        time it ran after the turn was committed (end of turn and final transcript both in).
+        Work done before, by preemption, is `hidden`; overruns are judged on the critical part."""
         m, stages, overruns = self.marks, [], []
-        eot = m.get("end_of_turn")
+        commit = max((m[k] for k in ("end_of_turn", "final_transcript") if k in m), default=None)
         for name, a, b in STAGES:
             ms = (m[b] - m[a]) * 1000.0 if a in m and b in m else None
             if ms is not None and ms < 0:  # an acknowledgement's audio, not the reply's
                 ms = None
+            critical = ms
+            if ms is not None and commit is not None and name not in ("endpointing", "transcript"):
+                critical = max(0.0, (m[b] - max(m[a], commit)) * 1000.0)
             allot = self.config.allotment_ms(name)
-            over = ms is not None and ms > allot
-            hidden = ms is not None and eot is not None and m[b] <= eot and name != "endpointing"
-            if over and not hidden:
+            hidden = critical is not None and critical == 0.0 and ms > 0.0
+            over = critical is not None and critical > allot
+            if over:
                 overruns.append(name)
-            stages.append({"name": name, "ms": None if ms is None else round(ms, 1), "allotment_ms": allot,
-                           "overrun": over and not hidden, "hidden": hidden})
+            stages.append({"name": name, "ms": None if ms is None else round(ms, 1),
+                           "critical_ms": None if critical is None else round(critical, 1),
+                           "allotment_ms": allot, "overrun": over, "hidden": hidden})
         perceived = self.perceived_ms()
         if perceived is not None and perceived > self.config.total_ms:
             overruns.append("perceived")
