@@ -59,11 +59,16 @@ async def play(vs, run: Run, audio: np.ndarray, rate: int = 16_000) -> float:
     return start_t
 
 
-async def wait_for(run: Run, pred, limit_s: float) -> bool:
+async def wait_for(run: Run, pred, limit_s: float, vs=None) -> bool:
+    """Wait until pred() holds. With `vs`, keep its microphone live meanwhile: 20 ms of silence
+    every 20 ms, as a real transport sends (the detector decides on the silence it hears)."""
     end = time.monotonic() + limit_s
+    quiet = np.zeros(FRAME, np.int16)
     while time.monotonic() < end:
         if pred():
             return True
+        if vs is not None:
+            vs.push_audio(quiet, 16_000)
         await asyncio.sleep(0.02)
     return pred()
 
