@@ -45,3 +45,21 @@ class ModelNotFoundError(ModelError, FileNotFoundError):
 
 class ModelCorruptError(ModelError):
     """The model file exists but is truncated or unreadable."""
+
+
+class StageTimeoutError(ParleyError, TimeoutError):
+    """A pipeline stage (LLM, TTS, STT) gave nothing within its deadline. Retryable: a stall is
+    usually transient (a busy core, a preempted request); the session apologizes and goes on."""
+
+    retryable = True
+
+    def __init__(self, stage: str, deadline_s: float, what: str = "output") -> None:
+        self.stage, self.deadline_s = stage, deadline_s
+        super().__init__(f"{stage}: no {what} within its {deadline_s:g} s deadline")
+
+
+class StageOutputError(ParleyError):
+    """A stage returned output that cannot be used (empty, wrong type, garbage). Retryable:
+    the next turn asks again."""
+
+    retryable = True

@@ -53,6 +53,12 @@ class SessionConfig:
     interruption_min_s: float = 0.0  # speech (after the VAD's own 0.1 s) that interrupts the agent
     false_interruption_timeout_s: float = 1.0  # an interruption with no words after this resumes
     aec_warmup_s: float = 0.0  # barge-in ignored this long after the agent starts (0: never)
+    # stage deadlines: the longest wait for the LLM's next token (the first included) and for
+    # the TTS's next frame once it has text; a stall past one is a StageTimeoutError, an
+    # apology and a recovered session. Generous: the embedded engine's first token on a long
+    # prompt takes ~1-2 s on the 2 shared cores, a Piper clause ~0.3 s.
+    llm_deadline_s: float = 10.0
+    tts_deadline_s: float = 10.0
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     response: ResponsePolicy = field(default_factory=ResponsePolicy)
 
@@ -81,6 +87,8 @@ class SessionConfig:
             raise ValueError("aec_warmup_s must be in [0, 10]")
         if not 0.1 <= self.false_interruption_timeout_s <= 10:
             raise ValueError("false_interruption_timeout_s must be in [0.1, 10]")
+        if not 0.05 <= self.llm_deadline_s <= 300 or not 0.05 <= self.tts_deadline_s <= 300:
+            raise ValueError("llm_deadline_s and tts_deadline_s must be in [0.05, 300]")
         if not self.instructions.strip():
             raise ValueError("instructions must not be empty")
 

@@ -48,9 +48,10 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     budget = budget or LatencyBudget(config.budget)
     llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
                                              marks=lambda name: budget.mark(name), policy=config.response,
-                                             time_left_s=budget.time_left_s)
+                                             time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
-                           time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name))
+                           time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name),
+                           deadline_s=config.tts_deadline_s)
     if config.turn_detection == "livekit":  # the yardstick: LiveKit's defaults with the same parts
         session, agent = build_livekit_default_session(config, components, budget, llm_plugin, tts_plugin)
         return SessionParts(session, agent, None, budget, llm_plugin, tts_plugin)

@@ -14,6 +14,7 @@ from livekit.agents import llm
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, NotGivenOr
 
 from llm_engine.sampling_params import SamplingParams
+from parley.errors import StageOutputError, StageTimeoutError
 from pipeline.budget import ResponsePolicy
 
 log = logging.getLogger("parley.llm")
@@ -62,8 +63,11 @@ class ParleyLLM(llm.LLM):
 
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
                  marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
-                 time_left_s: Callable[[], float | None] = lambda: None) -> None:
+                 time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None) -> None:
         super().__init__()
+        if deadline_s is not None and deadline_s <= 0:
+            raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+        self.deadline_s = deadline_s  # the longest wait for the next token (None: no deadline)
         self.engine, self.params = engine, params
         self._model_name = model_name
         self._marks = marks or (lambda _name: None)
@@ -108,17 +112,16 @@ class ParleyLLMStream(llm.LLMStream):
                     plugin._marks("acknowledgement")
                     log.info("first token late (%.0f ms waited): acknowledging", 1000 * ack_wait)
                     self._send(request_id, plugin.policy.pick_ack(plugin._requests) + " ")
-            try:
-                delta = await first
-            except StopAsyncIteration:
-                delta = None
-            if delta is not None:
-                plugin._marks("llm_first_token")
+            delta = await _next(first, plugin.deadline_s)
+            if delta is None:  # no text at all: say so (an apology) rather than stay silent
+                raise StageOutputError("llm: the engine returned an empty reply")
+            plugin._marks("llm_first_token")
+            while delta is not None:
+                if not isinstance(delta, str):
+                    raise StageOutputError(f"llm: a text delta of type {type(delta).__name__}")
+                n_deltas += 1
                 self._send(request_id, delta)
-                n_deltas = 1
-                async for delta in it:
-                    n_deltas += 1
-                    self._send(request_id, delta)
+                delta = await _next(asyncio.ensure_future(it.__anext__()), plugin.deadline_s)
         finally:
             if first is not None and not first.done():
                 first.cancel()
@@ -137,6 +140,17 @@ class ParleyLLMStream(llm.LLMStream):
 
     def _send(self, request_id: str, text: str) -> None:
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
+
+
+async def _next(step: asyncio.Future, deadline_s: float | None) -> Any:
+    """The stream's next delta (None at its end) within the deadline, else StageTimeoutError."""
+    try:
+        return await asyncio.wait_for(step, deadline_s)
+    except StopAsyncIteration:
+        return None
+    except TimeoutError:
+        log.error("llm stalled: no token within %.2f s", deadline_s)
+        raise StageTimeoutError("llm", deadline_s or 0.0, "token") from None
 
 
 class PrefillAhead:

@@ -11,9 +11,10 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from livekit.agents import tts
+from livekit.agents import APIError, tts
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions
 
+from parley.errors import StageTimeoutError
 from pipeline.budget import ResponsePolicy
 from tts.chunker import ChunkerConfig
 from tts.stream import SpeechStream, StreamConfig
@@ -28,8 +29,11 @@ class ParleyTTS(tts.TTS):
 
     def __init__(self, synthesizer, *, sample_rate: int = 24_000, policy: ResponsePolicy | None = None,
                  time_left_s: Callable[[], float | None] = lambda: None,
-                 marks: Callable[[str], None] = lambda _name: None) -> None:
+                 marks: Callable[[str], None] = lambda _name: None, deadline_s: float | None = None) -> None:
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True), sample_rate=sample_rate, num_channels=1)
+        if deadline_s is not None and deadline_s <= 0:
+            raise ValueError(f"deadline_s must be positive, got {deadline_s}")
+        self.deadline_s = deadline_s  # the longest wait for the next frame once text is in
         self.synthesizer = synthesizer
         self.policy = policy or ResponsePolicy()
         self._time_left, self._marks = time_left_s, marks
@@ -53,24 +57,52 @@ class ParleyTTS(tts.TTS):
         return ParleySynthesizeStream(tts=self, conn_options=conn_options)
 
 
-async def _pump(speech: SpeechStream, emitter: tts.AudioEmitter, on_first: Callable[[], None]) -> None:
+async def _pump(speech: SpeechStream, emitter: tts.AudioEmitter, on_first: Callable[[], None],
+                deadline_s: float | None) -> None:
     first = True
-    async for frame in speech:
+    frames = speech.__aiter__()
+    while True:
+        try:
+            frame = await asyncio.wait_for(frames.__anext__(), deadline_s)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:  # the synthesizer stalled: cancel it, and let the session apologize
+            speech.cancel()
+            log.error("tts stalled: no frame within %.2f s", deadline_s)
+            raise StageTimeoutError("tts", deadline_s or 0.0, "audio frame") from None
         if first:
             on_first()
             first = False
         emitter.push(frame.pcm.tobytes())
 
 
+@contextlib.asynccontextmanager
+async def _as_api_error():
+    """livekit's TTS emits its "error" event (the session's apology) only for an APIError:
+    any other failure (a backend's, a stall's StageTimeoutError) ended the reply in silence,
+    with no event at all (found by tests/test_reliability_faults.py). Not retried: the same
+    text would fail again."""
+    try:
+        yield
+    except APIError:
+        raise
+    except Exception as e:
+        raise APIError(f"{type(e).__name__}: {e}", retryable=False) from e
+
+
 class ParleyChunkedStream(tts.ChunkedStream):
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        async with _as_api_error():
+            await self._speak(output_emitter)
+
+    async def _speak(self, output_emitter: tts.AudioEmitter) -> None:
         plugin: ParleyTTS = self._tts  # type: ignore[assignment]
         output_emitter.initialize(request_id=uuid.uuid4().hex[:12], sample_rate=plugin.sample_rate,
                                   num_channels=1, mime_type="audio/pcm", frame_size_ms=20)
         speech = SpeechStream(plugin.synthesizer, plugin.stream_config(plugin.policy.max_first_words))
         try:
             speech.say(self._input_text)
-            await _pump(speech, output_emitter, lambda: None)
+            await _pump(speech, output_emitter, lambda: None, plugin.deadline_s)
         finally:
             speech.close()
         output_emitter.flush()
@@ -78,6 +110,10 @@ class ParleyChunkedStream(tts.ChunkedStream):
 
 class ParleySynthesizeStream(tts.SynthesizeStream):
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        async with _as_api_error():
+            await self._speak(output_emitter)
+
+    async def _speak(self, output_emitter: tts.AudioEmitter) -> None:
         plugin: ParleyTTS = self._tts  # type: ignore[assignment]
         output_emitter.initialize(request_id=uuid.uuid4().hex[:12], sample_rate=plugin.sample_rate,
                                   num_channels=1, mime_type="audio/pcm", frame_size_ms=20, stream=True)
@@ -134,7 +170,7 @@ class ParleySynthesizeStream(tts.SynthesizeStream):
         try:
             await first_text.wait()
             if speech is not None:
-                await _pump(speech, output_emitter, first_audio)
+                await _pump(speech, output_emitter, first_audio, plugin.deadline_s)
             await forwarder
         finally:
             forwarder.cancel()
