@@ -76,6 +76,7 @@ class ParleySTTStream(stt.RecognizeStream):
                     hearing.push(frame_pcm(frame), frame.sample_rate)
 
         forwarder = asyncio.create_task(forward())
+        get: asyncio.Future | None = None
         try:
             while True:
                 get = asyncio.ensure_future(events.get())
@@ -87,6 +88,10 @@ class ParleySTTStream(stt.RecognizeStream):
                 plugin._on_event(ev)
                 self._relay(ev)
         finally:
+            # cancelled while waiting (the session closing): the pending get was one live
+            # task left behind per closed session (benchmarks/soak.py's task count found it)
+            if get is not None and not get.done():
+                get.cancel()
             hearing.unsubscribe(events)
             forwarder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
