@@ -91,6 +91,8 @@ class ParleySTTStream(stt.RecognizeStream):
                 plugin._on_event(ev)
                 self._relay(ev)
         finally:
+            # cancelled while waiting (the session closing): the pending get was one live
+            # task left behind per closed session (benchmarks/soak.py's task count found it)
             if get is not None and not get.done():
                 get.cancel()
             hearing.unsubscribe(events)

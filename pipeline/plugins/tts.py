@@ -63,17 +63,32 @@ async def _pump(speech: SpeechStream, emitter: tts.AudioEmitter, on_first: Calla
     frames = speech.__aiter__()
     while True:
         try:
-            frame = await asyncio.wait_for(frames.__anext__(), deadline_s)
+            frame = await _next_frame(speech, frames, deadline_s)
         except StopAsyncIteration:
             break
-        except TimeoutError:  # the synthesizer stalled: cancel it, and let the session apologize
-            speech.cancel()
-            log.error("tts stalled: no frame within %.2f s", deadline_s)
-            raise StageTimeoutError("tts", deadline_s or 0.0, "audio frame") from None
         if first:
             on_first()
             first = False
         emitter.push(frame.pcm.tobytes())
+
+
+async def _next_frame(speech: SpeechStream, frames, deadline_s: float | None):
+    """The next frame. The deadline counts only while the synthesizer holds a chunk it has not
+    spoken: a wait for the LLM's next words is the LLM's deadline (the real soak with 4 sessions
+    on 2 cores waited >10 s for a clause once and was wrongly cut off as a TTS stall)."""
+    step = asyncio.ensure_future(frames.__anext__())
+    try:
+        while True:
+            done, _ = await asyncio.wait({step}, timeout=deadline_s)
+            if done:
+                return step.result()
+            if any(c.synth_s == 0.0 for c in speech.metrics.chunks):  # a chunk stuck in the backend
+                speech.cancel()
+                log.error("tts stalled: no frame within %.2f s", deadline_s)
+                raise StageTimeoutError("tts", deadline_s or 0.0, "audio frame")
+    finally:
+        if not step.done():
+            step.cancel()
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,162 @@
+"""Soak: many turns in 1, 4 and 8 concurrent serverless voice sessions sharing one engine.
+
+    python -m benchmarks.soak --turns 20 --sessions 1,4,8 [--real] [--out FILE.json]
+
+Each session hears the same spoken question (Piper, 16 kHz, real-time pace) then 0.8 s of
+silence, `--turns` times. Reported per concurrency level: turns asked / answered, error events,
+resident memory slope after warm-up (MB per 100 turns, least squares over the turns after the
+first 20%), engine free blocks before / after, live asyncio tasks and threads before / after,
+per-session p50 / p90 perceived latency, and the history length of the last request. Default:
+timed fakes for STT / LLM / TTS (real Silero VAD); `--real` loads the embedded models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from parley.audio import resample
+
+FRAME = 320  # 20 ms at 16 kHz
+QUESTION = "What is the weather like today?"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def speech() -> np.ndarray:
+    from tts.piper_voice import PiperOptions, PiperVoiceModel
+
+    voice = PiperVoiceModel.default()
+    audio = voice.synthesize(QUESTION, PiperOptions(noise_scale=0.0, noise_w_scale=0.0))
+    x = resample(audio, voice.sample_rate, 16_000)
+    return np.concatenate([np.zeros(4800, np.float32), x, np.zeros(3200, np.float32)])
+
+
+def components(real: bool):
+    from pipeline.components import load_components
+    from pipeline.config import SessionConfig
+
+    if real:
+        cfg = SessionConfig(preemptive=False)
+        return cfg, load_components(cfg)
+    from llm_engine import FakeLLM
+    from stt import FakeTranscriber
+    from tts import FakeSynthesizer
+    from turn_detection import FakeEndOfTurnDetector
+
+    cfg = SessionConfig(llm="fake", stt="fake", tts="fake", preemptive=False)
+    return cfg, load_components(
+        cfg, engine=FakeLLM(["It is sunny and warm today."], ttft_s=0.1, token_s=0.02),
+        detector=FakeEndOfTurnDetector(silence_s=0.2), synthesizer=FakeSynthesizer(first_audio_delay_s=0.05, rtf=0.05),
+        transcriber_factory=lambda: FakeTranscriber(("what is the weather like today",), words_per_s=6.0,
+                                                    final_delay_s=0.05))
+
+
+async def _session(cfg, comps, audio: np.ndarray, turns: int, rss: list[tuple[int, float]]) -> dict:
+    from pipeline.session import start_voice_session
+
+    events: list[dict] = []
+    vs = await start_voice_session(cfg, comps, lambda pcm, rate: None, events.append)
+    pcm = np.round(audio * 32767).astype(np.int16)
+    lost = 0
+    try:
+        for turn in range(turns):
+            t0 = time.monotonic()
+            for k, i in enumerate(range(0, len(pcm), FRAME)):
+                vs.push_audio(pcm[i:i + FRAME], 16_000)
+                await asyncio.sleep(max(0.0, t0 + (k + 1) * 0.02 - time.monotonic()))
+            end = time.monotonic() + 15
+            while sum(e["type"] == "budget" for e in events) < turn + 1 - lost and time.monotonic() < end:
+                silence = np.zeros(FRAME, np.int16)
+                vs.push_audio(silence, 16_000)
+                await asyncio.sleep(0.02)
+            if sum(e["type"] == "budget" for e in events) < turn + 1 - lost:
+                lost += 1
+            for _ in range(40):  # 0.8 s of silence between turns
+                vs.push_audio(np.zeros(FRAME, np.int16), 16_000)
+                await asyncio.sleep(0.02)
+            rss.append((len(rss), rss_mb()))
+    finally:
+        await vs.aclose()
+    perceived = [e["perceived_ms"] for e in events if e["type"] == "budget"]
+    last = [e for e in events if e["type"] == "budget"][-1:] or [{}]
+    return {"turns": turns, "answered": len(perceived), "lost": turns - len(perceived),
+            "errors": sum(e["type"] == "error" for e in events),
+            "p50_ms": float(np.percentile(perceived, 50)) if perceived else None,
+            "p90_ms": float(np.percentile(perceived, 90)) if perceived else None,
+            "last_budget_complete": all(s.get("ms") is not None for s in last[0].get("stages", [])[:-1])
+            if last[0] else False}
+
+
+def slope_mb_per_100(rss: list[tuple[int, float]]) -> float | None:
+    """Least-squares RSS slope over the samples after the first 20% (warm-up)."""
+    ys = [y for _, y in rss][len(rss) // 5:]
+    if len(ys) < 3:
+        return None
+    return float(np.polyfit(np.arange(len(ys)), ys, 1)[0] * 100)
+
+
+async def level(cfg, comps, audio, n: int, turns: int) -> dict:
+    engine = comps.engine
+    blocks0 = getattr(engine, "num_free_blocks", None)
+    tasks0, threads0 = len(asyncio.all_tasks()), threading.active_count()
+    rss: list[tuple[int, float]] = []
+    t0 = time.monotonic()
+    per = await asyncio.gather(*(_session(cfg, comps, audio, turns, rss) for _ in range(n)))
+    await asyncio.sleep(1.0)  # let closed sessions' threads end
+    return {"sessions": n, "turns_per_session": turns, "wall_s": time.monotonic() - t0,
+            "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
+            "errors": sum(p["errors"] for p in per), "rss_slope_mb_per_100_turns": slope_mb_per_100(rss),
+            "rss_mb_end": rss[-1][1] if rss else None,
+            "free_blocks": [blocks0, getattr(engine, "num_free_blocks", None)],
+            "tasks": [tasks0, len(asyncio.all_tasks())], "threads": [threads0, threading.active_count()],
+            "p50_ms": float(np.median([p["p50_ms"] for p in per if p["p50_ms"] is not None] or [np.nan])),
+            "p90_ms": float(np.median([p["p90_ms"] for p in per if p["p90_ms"] is not None] or [np.nan])),
+            "last_budget_complete": all(p["last_budget_complete"] for p in per), "per_session": per}
+
+
+def table(levels: list[dict]) -> str:
+    rows = ["sessions turns answered lost errors  p50_ms  p90_ms  rss_slope/100  blocks      tasks   threads"]
+    for r in levels:
+        rows.append(f"{r['sessions']:8d} {r['sessions'] * r['turns_per_session']:5d} {r['answered']:8d} "
+                    f"{r['lost']:4d} {r['errors']:6d} {r['p50_ms']:7.0f} {r['p90_ms']:7.0f} "
+                    f"{r['rss_slope_mb_per_100_turns'] or 0:14.2f}  {r['free_blocks']!s:10s} "
+                    f"{r['tasks']!s:7s} {r['threads']}")
+    return "\n".join(rows)
+
+
+def run(turns: int, sessions: list[int], real: bool) -> dict:
+    cfg, comps = components(real)
+    audio = speech()
+    levels = [asyncio.run(level(cfg, comps, audio, n, turns)) for n in sessions]
+    return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "levels": levels}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
+    p.add_argument("--turns", type=int, default=20, help="turns per session (200 for the full soak)")
+    p.add_argument("--sessions", default="1,4,8", help="comma-separated concurrency levels")
+    p.add_argument("--real", action="store_true", help="the embedded models instead of timed fakes")
+    p.add_argument("--out", help="write the JSON here")
+    a = p.parse_args(argv)
+    sessions = [int(s) for s in a.sessions.split(",")]
+    if a.turns < 1 or any(n < 1 for n in sessions):
+        raise SystemExit("--turns and every --sessions level must be >= 1")
+    result = run(a.turns, sessions, a.real)
+    print(table(result["levels"]))
+    if a.out:
+        Path(a.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""A short soak (benchmarks/soak.py with timed fakes): every turn answered, no error, the engine's
+blocks all free after, the last budget report complete, and no live asyncio task or thread left
+per session after the sessions close. The long run with the real models is the benchmark's."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.soak import main, slope_mb_per_100
+
+pytestmark = [pytest.mark.integration]
+
+
+def test_a_short_soak_answers_every_turn_and_leaves_nothing_behind(tmp_path):
+    out = tmp_path / "soak.json"
+    result = main(["--turns", "5", "--sessions", "2", "--out", str(out)])
+    (lvl,) = result["levels"]
+    assert (lvl["answered"], lvl["lost"], lvl["errors"]) == (10, 0, 0), lvl
+    assert lvl["free_blocks"][0] == lvl["free_blocks"][1], lvl["free_blocks"]
+    assert lvl["last_budget_complete"]
+    assert 0 < lvl["p50_ms"] <= lvl["p90_ms"] < 2000
+    assert lvl["tasks"][1] == lvl["tasks"][0], lvl["tasks"]  # no task left behind by a closed session
+    assert out.read_text().startswith("{")
+
+
+def test_the_memory_slope_is_fitted_after_warm_up():
+    flat = [(i, 100.0 + (50.0 if i < 2 else 0.0)) for i in range(10)]  # a warm-up jump, then flat
+    assert slope_mb_per_100(flat) == pytest.approx(0.0, abs=1e-9)
+    rising = [(i, 100.0 + 0.01 * i) for i in range(10)]
+    assert slope_mb_per_100(rising) == pytest.approx(1.0)
+    assert slope_mb_per_100([(0, 1.0)]) is None
