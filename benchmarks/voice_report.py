@@ -64,8 +64,8 @@ def _stages(rows: list[dict]) -> dict:
     for r in rows:
         longest = _longest_stage_ms(r)
         for s in (r.get("budget") or {}).get("stages", []):
-            d = seen.setdefault(s["name"], {"ms": [], "allotment_ms": s.get("allotment_ms"), "overruns": 0,
-                                            "invalid": 0})
+            d = seen.setdefault(s["name"], {"ms": [], "critical": [], "allotment_ms": s.get("allotment_ms"),
+                                            "overruns": 0, "invalid": 0})
             if s.get("ms") is not None and not 0 <= s["ms"] <= longest:
                 # a stale mark from an earlier turn: the real session gave -19,466 ms and 19,413 ms
                 # stages in turns answered 4-6 s after the clip began. Counted apart, out of the
@@ -74,7 +74,10 @@ def _stages(rows: list[dict]) -> dict:
             elif s.get("ms") is not None:
                 d["ms"].append(float(s["ms"]))
                 d["overruns"] += bool(s.get("overrun"))
+                if s.get("critical_ms") is not None:  # its share after the turn was committed
+                    d["critical"].append(float(s["critical_ms"]))
     return {name: {"allotment_ms": d["allotment_ms"], "overruns": d["overruns"], "invalid": d["invalid"],
+                   "critical_p50": float(np.median(d["critical"])) if d["critical"] else None,
                    **(percentiles(d["ms"]) or {"n": 0})} for name, d in seen.items()}
 
 
@@ -184,13 +187,14 @@ def format_table(report: dict) -> str:
 
 
 def _stage_table(summary: dict) -> list[str]:
-    lines = ["| stage | allotment | p50 | p90 | p99 | overruns | invalid (outside the turn) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| stage | allotment | p50 | p90 | p99 | critical-path p50 | overruns | invalid (outside the turn) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, st in summary["stages"].items():
         lines.append(f"| {name} | {_fmt(st['allotment_ms'])} | {_fmt(st.get('p50'))} | {_fmt(st.get('p90'))} | "
-                     f"{_fmt(st.get('p99'))} | {st['overruns']}/{st['n']} | {st['invalid'] or ''} |")
+                     f"{_fmt(st.get('p99'))} | {_fmt(st.get('critical_p50'))} | {st['overruns']}/{st['n']} "
+                     f"| {st['invalid'] or ''} |")
     if not summary["stages"]:
-        lines.append("| (the session sent no budget event) | | | | | | |")
+        lines.append("| (the session sent no budget event) | | | | | | | |")
     return lines
 
 
