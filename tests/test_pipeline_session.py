@@ -249,3 +249,32 @@ async def test_the_livekit_defaults_yardstick_answers_a_question():
     # livekit's VAD (0.55 s of silence) and its 0.5 s minimum endpointing delay are in effect
     speech_end = 0.3 + len(piper_speech(QUESTION)) / 16_000
     assert run.first_audible() - speech_end > 0.5, (run.first_audible(), speech_end)
+
+
+async def test_a_false_interruption_pauses_the_reply_and_resumes_it():
+    """A short sound with no words (a cough, an "hm") over the agent pauses its audio at once;
+    when no words come within false_interruption_timeout_s, the same reply plays on."""
+    cfg = fake_config(preemptive=False, false_interruption_timeout_s=0.6,
+                      response=ResponsePolicy(ack_enabled=False))
+    long_reply = " ".join(["This reply goes on and on, word after word, for a long while."] * 4)
+    llm = FakeLLM([long_reply], ttft_s=0.05, token_s=0.02)
+    comps = load_components(cfg, engine=llm, detector=FakeEndOfTurnDetector(silence_s=0.2),
+                            synthesizer=FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.02),
+                            transcriber_factory=lambda: FakeTranscriber((WORDS[0], ""), words_per_s=6.0,
+                                                                        final_delay_s=0.02))
+    vs, run = await start(cfg, comps)
+    try:
+        await play(vs, run, with_silence(piper_speech(QUESTION), 0.3, 0.2))
+        assert await wait_for(run, lambda: run.first_audible() is not None, 4, vs)
+        await play(vs, run, silence(0.5))
+        cough = await play(vs, run, with_silence(piper_speech("Hm."), 0.0, 0.1))
+        assert await wait_for(run, lambda: run.of("interrupt"), 1, vs)
+        paused_at = next(t for t, e in run.events if e["type"] == "interrupt")
+        assert await wait_for(run, lambda: run.out[-1][0] > paused_at + 0.5, 4, vs)
+    finally:
+        await vs.aclose()
+    assert paused_at > cough
+    after = [t for t, _ in run.out if t > paused_at]
+    gap = after[0] - paused_at if after else None
+    assert gap is not None and 0.3 < gap < 2.5, gap  # silent while paused, then the same reply again
+    assert len(llm.requests) == 1  # the same reply resumed: no new request, no abort
