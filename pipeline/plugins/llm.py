@@ -95,7 +95,9 @@ class ParleyLLMStream(llm.LLMStream):
     async def _run(self) -> None:
         plugin: ParleyLLM = self._llm  # type: ignore[assignment]
         engine = plugin.engine
-        messages = fit_context(engine, chat_messages(self._chat_ctx), plugin.params.max_tokens)
+        # off the loop: fitting a long history re-tokenizes it (milliseconds per pass)
+        messages = await asyncio.to_thread(fit_context, engine, chat_messages(self._chat_ctx),
+                                           plugin.params.max_tokens)
         request_id = f"voice-{uuid.uuid4().hex[:12]}"
         plugin._marks("llm_request")
         plugin._requests += 1

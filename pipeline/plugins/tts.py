@@ -105,11 +105,15 @@ async def _as_api_error():
         raise APIError(f"{type(e).__name__}: {e}", retryable=False) from e
 
 
-class ParleyChunkedStream(tts.ChunkedStream):
+class _SpeaksAsAPIError:
+    """Both stream kinds: run `_speak`, any failure turned into livekit's APIError."""
+
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         async with _as_api_error():
             await self._speak(output_emitter)
 
+
+class ParleyChunkedStream(_SpeaksAsAPIError, tts.ChunkedStream):
     async def _speak(self, output_emitter: tts.AudioEmitter) -> None:
         plugin: ParleyTTS = self._tts  # type: ignore[assignment]
         output_emitter.initialize(request_id=uuid.uuid4().hex[:12], sample_rate=plugin.sample_rate,
@@ -123,11 +127,7 @@ class ParleyChunkedStream(tts.ChunkedStream):
         output_emitter.flush()
 
 
-class ParleySynthesizeStream(tts.SynthesizeStream):
-    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
-        async with _as_api_error():
-            await self._speak(output_emitter)
-
+class ParleySynthesizeStream(_SpeaksAsAPIError, tts.SynthesizeStream):
     async def _speak(self, output_emitter: tts.AudioEmitter) -> None:
         plugin: ParleyTTS = self._tts  # type: ignore[assignment]
         output_emitter.initialize(request_id=uuid.uuid4().hex[:12], sample_rate=plugin.sample_rate,
