@@ -6,7 +6,9 @@ Each session hears the same spoken question (Piper, 16 kHz, real-time pace) then
 silence, `--turns` times. Reported per concurrency level: turns asked / answered, error events,
 resident memory slope after warm-up (MB per 100 turns, least squares over the turns after the
 first 20%), engine free blocks before / after, live asyncio tasks and threads before / after,
-per-session p50 / p90 perceived latency, and the history length of the last request. Default:
+per-session p50 / p90 perceived latency, and what the last request sent (messages, tokens
+against the context window, the system prompt first). Each question waits for the previous
+reply to play out. Default:
 timed fakes for STT / LLM / TTS (real Silero VAD); `--real` loads the embedded models.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.voice_report import cpu_model
 from parley.audio import resample
 
 FRAME = 320  # 20 ms at 16 kHz
@@ -61,7 +64,35 @@ def components(real: bool):
                                                     final_delay_s=0.05))
 
 
-async def _session(cfg, comps, audio: np.ndarray, turns: int, rss: list[tuple[int, float]]) -> dict:
+def _budgets(events: list[dict]) -> int:
+    return sum(e["type"] == "budget" for e in events)
+
+
+def _played_out(events: list[dict], since: int) -> bool:
+    """The agent spoke after event `since` and is back to listening (its reply has played)."""
+    states = [e["agent"] for e in events[since:] if e["type"] == "state"]
+    return "speaking" in states and states[-1] == "listening"
+
+
+async def _listen(vs, until, limit_s: float) -> bool:
+    """Keep the microphone live (20 ms of silence every 20 ms) until `until()` or the limit."""
+    end = time.monotonic() + limit_s
+    while not until() and time.monotonic() < end:
+        vs.push_audio(np.zeros(FRAME, np.int16), 16_000)
+        await asyncio.sleep(0.02)
+    return until()
+
+
+def _history(vs, engine, instructions: str) -> dict:
+    """What the last request sent: trimmed to the window, the system prompt first."""
+    msgs = getattr(vs.parts.llm, "last_messages", [])
+    tokens = len(engine.encode_chat(msgs)) if msgs and hasattr(engine, "encode_chat") else None
+    return {"messages": len(msgs), "chat_items": len(vs.parts.agent.chat_ctx.items),
+            "system_first": bool(msgs) and msgs[0] == {"role": "system", "content": instructions},
+            "prompt_tokens": tokens, "token_limit": getattr(engine, "token_limit", None)}
+
+
+async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict], speed: float) -> dict:
     from pipeline.session import start_voice_session
 
     events: list[dict] = []
@@ -70,54 +101,59 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, rss: list[tuple[in
     lost = 0
     try:
         for turn in range(turns):
-            t0 = time.monotonic()
+            since, t0 = len(events), time.monotonic()
             for k, i in enumerate(range(0, len(pcm), FRAME)):
                 vs.push_audio(pcm[i:i + FRAME], 16_000)
-                await asyncio.sleep(max(0.0, t0 + (k + 1) * 0.02 - time.monotonic()))
-            end = time.monotonic() + 15
-            while sum(e["type"] == "budget" for e in events) < turn + 1 - lost and time.monotonic() < end:
-                silence = np.zeros(FRAME, np.int16)
-                vs.push_audio(silence, 16_000)
-                await asyncio.sleep(0.02)
-            if sum(e["type"] == "budget" for e in events) < turn + 1 - lost:
+                await asyncio.sleep(max(0.0, t0 + (k + 1) * 0.02 / speed - time.monotonic()))
+            if not await _listen(vs, lambda n=turn + 1 - lost: _budgets(events) >= n, 15):
                 lost += 1
-            for _ in range(40):  # 0.8 s of silence between turns
-                vs.push_audio(np.zeros(FRAME, np.int16), 16_000)
-                await asyncio.sleep(0.02)
-            rss.append((len(rss), rss_mb()))
+            # the reply plays out before the next question (barge-in would cut it short)
+            await _listen(vs, lambda s=since: _played_out(events, s), 30)
+            await _listen(vs, lambda: False, 0.8)  # silence between turns
+            samples.append({"rss_mb": rss_mb(), "tasks": len(asyncio.all_tasks()),
+                            "threads": threading.active_count(),
+                            "free_blocks": getattr(comps.engine, "num_free_blocks", None)})
+        history = _history(vs, comps.engine, cfg.instructions)
     finally:
         await vs.aclose()
-    perceived = [e["perceived_ms"] for e in events if e["type"] == "budget"]
-    last = [e for e in events if e["type"] == "budget"][-1:] or [{}]
-    return {"turns": turns, "answered": len(perceived), "lost": turns - len(perceived),
+    budgets = [e for e in events if e["type"] == "budget"]
+    perceived = [e["perceived_ms"] for e in budgets if e["perceived_ms"] is not None]
+    # an acknowledged turn has no first clause of its own (the acknowledgement was spoken first)
+    na = {"first_clause"} if budgets and budgets[-1]["acknowledged"] else set()
+    missing = sorted({s["name"] for s in (budgets[-1]["stages"] if budgets else []) if s.get("ms") is None} - na)
+    return {"turns": turns, "answered": len(budgets), "lost": turns - len(budgets),
             "errors": sum(e["type"] == "error" for e in events),
             "p50_ms": float(np.percentile(perceived, 50)) if perceived else None,
             "p90_ms": float(np.percentile(perceived, 90)) if perceived else None,
-            "last_budget_complete": all(s.get("ms") is not None for s in last[0].get("stages", [])[:-1])
-            if last[0] else False}
+            "last_budget_complete": bool(budgets) and perceived != [] and budgets[-1]["perceived_ms"] is not None
+            and not missing, "last_budget_missing": missing, "history": history}
 
 
-def slope_mb_per_100(rss: list[tuple[int, float]]) -> float | None:
-    """Least-squares RSS slope over the samples after the first 20% (warm-up)."""
-    ys = [y for _, y in rss][len(rss) // 5:]
+def slope_per_100(ys: list[float]) -> float | None:
+    """Least-squares slope per 100 turns over the samples after the first 20% (warm-up)."""
+    ys = [y for y in ys if y is not None][len(ys) // 5:]
     if len(ys) < 3:
         return None
     return float(np.polyfit(np.arange(len(ys)), ys, 1)[0] * 100)
 
 
-async def level(cfg, comps, audio, n: int, turns: int) -> dict:
+async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> dict:
     engine = comps.engine
     blocks0 = getattr(engine, "num_free_blocks", None)
     tasks0, threads0 = len(asyncio.all_tasks()), threading.active_count()
-    rss: list[tuple[int, float]] = []
+    samples: list[dict] = []
     t0 = time.monotonic()
-    per = await asyncio.gather(*(_session(cfg, comps, audio, turns, rss) for _ in range(n)))
+    per = await asyncio.gather(*(_session(cfg, comps, audio, turns, samples, speed) for _ in range(n)))
     await asyncio.sleep(1.0)  # let closed sessions' threads end
-    return {"sessions": n, "turns_per_session": turns, "wall_s": time.monotonic() - t0,
+    series = {k: [s[k] for s in samples] for k in ("rss_mb", "tasks", "threads", "free_blocks")}
+    return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
             "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
-            "errors": sum(p["errors"] for p in per), "rss_slope_mb_per_100_turns": slope_mb_per_100(rss),
-            "rss_mb_end": rss[-1][1] if rss else None,
+            "errors": sum(p["errors"] for p in per), "rss_slope_mb_per_100_turns": slope_per_100(series["rss_mb"]),
+            "rss_mb_end": samples[-1]["rss_mb"] if samples else None,
+            "slopes_per_100_turns": {k: slope_per_100(v) for k, v in series.items() if k != "rss_mb"},
+            "during": {k: [min(v), max(v)] for k, v in series.items() if v and None not in v},
             "free_blocks": [blocks0, getattr(engine, "num_free_blocks", None)],
+            "num_blocks": getattr(engine, "num_blocks", None),
             "tasks": [tasks0, len(asyncio.all_tasks())], "threads": [threads0, threading.active_count()],
             "p50_ms": float(np.median([p["p50_ms"] for p in per if p["p50_ms"] is not None] or [np.nan])),
             "p90_ms": float(np.median([p["p90_ms"] for p in per if p["p90_ms"] is not None] or [np.nan])),
@@ -134,11 +170,12 @@ def table(levels: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def run(turns: int, sessions: list[int], real: bool) -> dict:
+def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0) -> dict:
     cfg, comps = components(real)
     audio = speech()
-    levels = [asyncio.run(level(cfg, comps, audio, n, turns)) for n in sessions]
-    return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "levels": levels}
+    levels = [asyncio.run(level(cfg, comps, audio, n, turns, speed)) for n in sessions]
+    return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "speed": speed,
+            "cpu": cpu_model(), "levels": levels}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -146,12 +183,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--turns", type=int, default=20, help="turns per session (200 for the full soak)")
     p.add_argument("--sessions", default="1,4,8", help="comma-separated concurrency levels")
     p.add_argument("--real", action="store_true", help="the embedded models instead of timed fakes")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="push the question this many times faster than real time (replies still play "
+                        "in real time; perceived latency is only comparable at 1.0)")
     p.add_argument("--out", help="write the JSON here")
     a = p.parse_args(argv)
     sessions = [int(s) for s in a.sessions.split(",")]
-    if a.turns < 1 or any(n < 1 for n in sessions):
-        raise SystemExit("--turns and every --sessions level must be >= 1")
-    result = run(a.turns, sessions, a.real)
+    if a.turns < 1 or any(n < 1 for n in sessions) or not 0.5 <= a.speed <= 8:
+        raise SystemExit("--turns and every --sessions level must be >= 1, --speed in [0.5, 8]")
+    result = run(a.turns, sessions, a.real, a.speed)
     print(table(result["levels"]))
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))

@@ -7,8 +7,8 @@ names (0-based call numbers; every other call goes to the real stage untouched):
   raises, stalls, ends without text, or yields a non-text delta.
 - `FaultySynthesizer` wraps a tts Synthesizer: `_synthesize_impl` raises, stalls, returns no
   samples, returns samples that are not numbers, or returns NaN audio.
-- `FaultyTranscriber` wraps a streaming transcriber: `push` raises or stalls, `poll` returns
-  events that are not transcript events.
+- `FaultyTranscriber` wraps a streaming transcriber: `push` raises, `poll` returns events
+  that are not transcript events, or a turn's final never comes (a stalled decoder).
 
 The session must turn each into a typed, logged error, a spoken apology and a recovered
 session (tests/test_reliability_faults.py), never a hang.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,26 +155,29 @@ class FaultySynthesizer(Synthesizer):
 
 
 class FaultyTranscriber:
-    """A streaming transcriber whose `push` raises or stalls, or whose `poll` returns events
-    that are not transcript events, on the fault's push calls."""
+    """A streaming transcriber that misbehaves on the fault's calls: `raise` makes those `push`
+    calls raise, `malformed` makes the `poll` after them return events that are not transcript
+    events, `empty` drops their events; `stall` counts `flush_future` calls instead: the
+    final of those turns never comes (a hung decoder; `push` only queues, so it cannot stall)
+    until `reset()` cancels it, `stall_s` passes or the transcriber closes."""
 
     def __init__(self, inner: Any, fault: Fault) -> None:
         self.inner, self.fault = inner, fault
         self._calls = _Counter()
+        self._flushes = _Counter()
         self._bad_poll = False
         self._release = threading.Event()
+        self._stalled: list[Future] = []
 
     def push(self, *args: Any, **kwargs: Any) -> Any:
-        if self.fault.hits(self._calls.next()):
-            kind = self.fault.kind
+        kind = self.fault.kind
+        if kind != "stall" and self.fault.hits(self._calls.next()):
             if kind == "raise":
                 raise InjectedFault("stt: injected failure")
-            if kind == "stall":
-                self._release.wait(self.fault.stall_s)
-            elif kind in ("malformed", "nan", "empty"):
-                self._bad_poll = kind == "malformed"
-                if kind == "empty":
-                    return []
+            self._bad_poll = kind == "malformed"
+            if kind in ("empty", "nan"):
+                self.inner.push(*args, **kwargs)
+                return []
         return self.inner.push(*args, **kwargs)
 
     def poll(self) -> Any:
@@ -182,8 +186,29 @@ class FaultyTranscriber:
             return [object()]
         return self.inner.poll()
 
+    def flush_future(self) -> Future:
+        if self.fault.kind != "stall" or not self.fault.hits(self._flushes.next()):
+            return self.inner.flush_future()
+        self.inner.reset()  # the turn's audio is lost with the hung decode
+        stalled: Future = Future()
+        self._stalled.append(stalled)
+
+        def give_up() -> None:  # a stall past stall_s ends in an error, like a dead decoder
+            if not self._release.wait(self.fault.stall_s) and stalled.set_running_or_notify_cancel():
+                stalled.set_exception(InjectedFault("stt: injected stall ended"))
+
+        threading.Thread(target=give_up, daemon=True).start()
+        return stalled
+
+    def reset(self) -> None:
+        for f in self._stalled:
+            f.cancel()
+        self._stalled.clear()
+        self.inner.reset()
+
     def close(self) -> None:
         self._release.set()
+        self.reset()
         close = getattr(self.inner, "close", None)
         if close is not None:
             close()

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from parley.audio import ENGINE_RATE, Resampler
+from parley.errors import StageOutputError, StageTimeoutError
+from stt.events import TranscriptEvent
 from turn_detection.vad import WINDOW, WINDOW_S, SileroVAD, VADConfig
 
 log = logging.getLogger("parley.hearing")
@@ -49,12 +51,22 @@ class Hearing:
     """Thread-safe push(); events to every subscriber on the loop given to start()."""
 
     def __init__(self, vad: SileroVAD, transcriber, eot_detector, *, vad_config: VADConfig | None = None,
+                 final_deadline_s: float = 2.5, new_transcriber: Callable[[], object] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if final_deadline_s <= 0:
+            raise ValueError(f"final_deadline_s must be positive, got {final_deadline_s}")
         self._vad = vad
         # speech ends after 0.1 s of silence: before our detector decides (>= 0.1 s), so
         # livekit's user state follows the VAD, and the STT can start its end decode then
         self._vad_stream = vad.stream(vad_config or VADConfig(min_silence_s=0.1))
         self.transcriber = transcriber
+        # A transcriber whose push or poll raised is replaced by a new one (its worker may be
+        # dead); the new one is fed from the next VAD window boundary, so the shared Silero
+        # probabilities stay aligned with its windows.
+        self._new_transcriber = new_transcriber
+        self._heard = 0  # 16 kHz samples heard: VAD windows count from the first
+        self._stt_skip = 0  # samples to hold back from a new transcriber, up to a window boundary
+        self._prompt = ""
         self._eot = eot_detector.stream()
         self._clock = clock
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -73,6 +85,16 @@ class Hearing:
         self._closed = False
         self._flushing = None  # the transcriber's pending flush (a Future)
         self._deferred: list[int] = []  # turns whose flush waits for the previous one
+        # The final transcript's deadline. Past it the turn is answered from the newest words
+        # heard (interim / preflight), or apologized for when there were none, and the
+        # transcriber is reset: a stalled decoder never leaves the user unanswered.
+        self.final_deadline_s = final_deadline_s
+        self._flush_due = 0.0  # monotonic deadline of the pending flush
+        self._flush_turn = 0
+        self._flush_owner = transcriber
+        self._flush_fallback = ""  # the newest words of the turn being flushed
+        self._words = ""  # the newest interim / preflight text of the current turn
+        self._final_lock = threading.Lock()  # one outcome per flush: its final or its timeout
 
     # -- loop side --------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -98,6 +120,7 @@ class Hearing:
 
     def set_context(self, previous_turns_text: str) -> None:
         """Earlier turns' text, given to Whisper as context for the next decodes."""
+        self._prompt = previous_turns_text
         self.transcriber.set_prompt(previous_turns_text)
 
     def close(self) -> None:
@@ -131,7 +154,8 @@ class Hearing:
                         self._flush(self._deferred.pop(0))
                 elif item is not None:
                     self._hear(*item)
-                self._transcripts(self.transcriber.poll())
+                self._poll_transcriber()
+                self._check_final_deadline()
             except Exception as e:  # a failed stage must reach the session, not kill the thread
                 log.exception("hearing failed")
                 self._emit(HearingEvent("error", self._clock(), text=str(e), error=e))
@@ -166,13 +190,47 @@ class Hearing:
             else:
                 self._silence_s += WINDOW_S
             self._vad_event(self._vad_stream.push_probability(p), t_end, p)
-        self._transcripts(self.transcriber.push(x, ENGINE_RATE, speech_probs=probs))
+        self._feed_transcriber(x, probs)
         eot = self._eot.push(x, speech_probs=probs)
         if probs:
             self._emit(HearingEvent("vad", arrived, probability=probs[-1], speaking=self._vad_stream.speaking,
                                     speech_s=self._speech_run_s, silence_s=self._silence_s, turn=self._turn))
         if eot is not None:
             self._end_of_turn(eot.probability)
+
+    def _feed_transcriber(self, x: np.ndarray, probs: list[float]) -> None:
+        self._heard += len(x)
+        if self._stt_skip:  # a new transcriber starts at the next window boundary B
+            cut = min(self._stt_skip, len(x))
+            drop = 1 if cut == self._stt_skip else 0  # the window ending at B is not its own
+            self._stt_skip -= cut
+            x, probs = x[cut:], probs[drop:]
+            if len(x) == 0:
+                return
+        try:
+            events = self.transcriber.push(x, ENGINE_RATE, speech_probs=probs)
+        except Exception as e:
+            self._transcriber_failed(e)
+            return
+        self._transcripts(events)
+
+    def _poll_transcriber(self) -> None:
+        try:
+            events = self.transcriber.poll()
+        except Exception as e:
+            self._transcriber_failed(e)
+            return
+        self._transcripts(events)
+
+    def _transcriber_failed(self, error: Exception) -> None:
+        log.error("the transcriber failed: %r", error)
+        self._emit(HearingEvent("error", self._clock(), text=str(error), error=error))
+        if self._new_transcriber is None:
+            return
+        old, self.transcriber = self.transcriber, self._new_transcriber()
+        self.transcriber.set_prompt(self._prompt)
+        self._stt_skip = (-self._heard) % WINDOW
+        threading.Thread(target=old.close, name="parley-stt-close", daemon=True).start()
 
     def _vad_event(self, ev, t_end: float, p: float) -> None:
         if ev is None:
@@ -190,7 +248,10 @@ class Hearing:
         if self._flushing is not None and not self._flushing.done():
             return  # words of the turn being finalized, arriving late: the final supersedes them
         for ev in events:
+            if not isinstance(ev, TranscriptEvent):
+                raise StageOutputError(f"stt: a transcript event of type {type(ev).__name__}")
             if ev.kind in ("interim", "preflight") and ev.text:
+                self._words = ev.text
                 self._eot.push_transcript(ev.text)
                 self._emit(HearingEvent(ev.kind, self._clock(), text=ev.text, turn=self._turn))
 
@@ -208,19 +269,42 @@ class Hearing:
         self._flush(turn)
 
     def _flush(self, turn: int) -> None:
+        self._flush_due, self._flush_turn = self._clock() + self.final_deadline_s, turn
+        self._flush_owner = self.transcriber
+        self._flush_fallback, self._words = self._words, ""
         future = self._flushing = self.transcriber.flush_future()
 
-        def done(f) -> None:
-            if f.cancelled():
-                return
+        def done(f) -> None:  # on the transcriber's thread
+            with self._final_lock:
+                if f is not self._flushing or f.cancelled():
+                    return  # timed out (and reset) already: the late final is dropped
+                self._flushing = None
             if f.exception() is not None:
                 self._emit(HearingEvent("error", self._clock(), text=str(f.exception()), error=f.exception()))
                 return
             self._emit(HearingEvent("final", self._clock(), text=f.result().text, turn=turn))
             if self._deferred:
-                self._inbox.put(_FLUSH)  # from the transcriber's thread: let the worker flush
+                self._inbox.put(_FLUSH)  # let the worker flush
 
         future.add_done_callback(done)
+
+    def _check_final_deadline(self) -> None:
+        """Worker: the pending final is past its deadline -> answer the words heard, or apologize."""
+        with self._final_lock:
+            if self._flushing is None or self._clock() < self._flush_due:
+                return
+            self._flushing = None
+        error = StageTimeoutError("stt", self.final_deadline_s, "final transcript")
+        self._flush_owner.reset()  # cancels the stalled flush and drops the turn's decodes
+        now = self._clock()
+        if self._flush_fallback:
+            log.warning("%s: answering the newest interim words instead", error)
+            self._emit(HearingEvent("final", now, text=self._flush_fallback, turn=self._flush_turn))
+        else:
+            log.warning("%s and no words heard", error)
+            self._emit(HearingEvent("error", now, text=str(error), error=error))
+        if self._deferred:
+            self._flush(self._deferred.pop(0))
 
     @property
     def last_speech_t(self) -> float:

@@ -55,7 +55,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     if config.turn_detection == "livekit":  # the yardstick: LiveKit's defaults with the same parts
         session, agent = build_livekit_default_session(config, components, budget, llm_plugin, tts_plugin)
         return SessionParts(session, agent, None, budget, llm_plugin, tts_plugin)
-    hearing = Hearing(components.vad, components.new_transcriber(), components.detector)
+    hearing = Hearing(components.vad, components.new_transcriber(), components.detector,
+                      final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     agent = Agent(instructions=config.instructions)
     ahead = None
     if config.prefill_ahead and components.engine is not None and components.llm is None:

@@ -108,6 +108,15 @@ def test_history_is_trimmed_to_the_context_window_keeping_the_system_prompt():
     assert msgs[0] == system and msgs[-1] == turns[-1]
     assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit
     assert len(msgs) < 31 and msgs[1:] == turns[-(len(msgs) - 1):]  # the oldest went first
+    # it trimmed with headroom: a quarter of the window is free, and dropping one message
+    # fewer would not have left it
+    assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit * 0.75
+    kept = len(msgs) - 1
+    assert len(engine.encode_chat([system, *turns[-(kept + 1):]])) + 60 >= engine.token_limit * 0.75
+    # ...so the next two turns keep the same start: the prefix cache still holds it
+    later = fit_context(engine, [*msgs, *turns[:2]], reserve=60)
+    assert later == [*msgs, *turns[:2]]
+    assert fit_context(engine, msgs[:3], reserve=60) == msgs[:3]  # short: untouched
 
 
 async def test_prefill_ahead_caches_the_words_so_far_for_the_real_request():

@@ -112,3 +112,122 @@ def test_fault_and_error_types():
     assert err.retryable and isinstance(err, TimeoutError) and "0.5 s deadline" in str(err)
     with pytest.raises(ValueError, match="deadline"):
         SessionConfig(llm="fake", stt="fake", tts="fake", llm_deadline_s=0)
+
+
+# -- STT ------------------------------------------------------------------------------------
+
+
+def _stt_components(cfg, fault: Fault, *, words_per_s: float = 6.0):
+    from pipeline.components import load_components
+    from pipeline.faults import FaultyTranscriber
+    from stt import FakeTranscriber
+    from turn_detection import FakeEndOfTurnDetector
+
+    made: list = []
+
+    def factory():  # the first transcriber is faulty; one made after a failure is not
+        t = FakeTranscriber(("what is the weather like today",), words_per_s=words_per_s, final_delay_s=0.02)
+        made.append(t if made else FaultyTranscriber(t, fault))
+        return made[-1]
+
+    comps = load_components(cfg, engine=FakeLLM([REPLY], ttft_s=0.02), detector=FakeEndOfTurnDetector(silence_s=0.2),
+                            synthesizer=_synth(), transcriber_factory=factory)
+    return comps, made
+
+
+async def _two_turns(cfg, comps):
+    vs, run = await start(cfg, comps)
+    q = with_silence(piper_speech("What is the weather like today?"), 0.3, 0.2)
+    try:
+        await play(vs, run, q)
+        await wait_for(run, lambda: run.of("reply"), 4, vs)
+        await play(vs, run, silence(1.0))
+        n = len(run.of("reply"))
+        await play(vs, run, q)
+        assert await wait_for(run, lambda: len(run.of("reply")) > n, 6, vs), run.events[-6:]
+    finally:
+        await vs.aclose()
+    return run
+
+
+def _apologized(comps) -> bool:
+    return APOLOGY.split("?")[0].split(". ")[-1] in " ".join(comps.synthesizer.texts)
+
+
+@pytest.mark.parametrize(("kind", "expect"), [("raise", "stt: injected failure"),
+                                              ("malformed", "a transcript event of type object")])
+async def test_an_stt_failure_is_apologized_for_and_the_next_turn_answered(kind, expect):
+    """A push that raises (a dead worker) gets the transcriber replaced; garbage from poll is
+    a typed error. Either way the next question is answered."""
+    cfg = _cfg()
+    comps, made = _stt_components(cfg, Fault(kind, calls=(20,)))  # 0.4 s into the first question
+    run = await _two_turns(cfg, comps)
+    errors = run.of("error")
+    assert errors and all(e["retryable"] for e in errors), run.events[-8:]
+    assert any(expect in e["message"] for e in errors), errors
+    assert _apologized(comps)
+    assert len(made) == (2 if kind == "raise" else 1)
+
+
+async def test_a_stalled_final_is_answered_from_the_interim_words_at_the_deadline(caplog):
+    cfg = _cfg(stt_deadline_s=0.5)
+    comps, made = _stt_components(cfg, Fault("stall", calls=(0,), stall_s=60.0))
+    with caplog.at_level("WARNING", logger="parley.hearing"):
+        run = await _two_turns(cfg, comps)
+    finals = [(t, e) for t, e in run.events if e["type"] == "transcript" and e["final"]]
+    assert [e["text"] for _, e in finals][:2] == ["what is the weather like today"] * 2, finals
+    assert any("stt: no final transcript within its 0.5 s deadline" in r.getMessage() for r in caplog.records)
+    assert not run.of("error") and not _apologized(comps)  # answered, not apologized
+    # the first final came at the deadline after the last interim, not after the 60 s stall
+    t_last_interim = max(t for t, e in run.events if e["type"] == "transcript" and not e["final"] and t < finals[0][0])
+    assert 0.5 <= finals[0][0] - t_last_interim <= 2.5, finals[0][0] - t_last_interim
+    assert made[0]._stalled == []  # the stalled flush was cancelled by the reset
+
+
+async def test_a_stalled_final_with_no_words_heard_is_a_typed_error_and_an_apology():
+    cfg = _cfg(stt_deadline_s=0.5)
+    # no interim words before the end of the turn: nothing to answer from
+    comps, _ = _stt_components(cfg, Fault("stall", calls=(0,), stall_s=60.0), words_per_s=0.01)
+    run = await _two_turns(cfg, comps)
+    errors = run.of("error")
+    assert any("stt: no final transcript within its 0.5 s deadline" in e["message"] for e in errors), errors
+    assert _apologized(comps)
+    assert run.of("reply")[-1]["text"] == REPLY  # the second turn was answered
+
+
+def test_a_late_final_after_the_deadline_is_dropped():
+    """The timeout and the final race on two threads: exactly one outcome per flush."""
+    from concurrent.futures import Future
+
+    from pipeline.hearing import Hearing
+    from stt import FakeTranscriber, TranscriptEvent
+    from turn_detection import FakeEndOfTurnDetector
+
+    class Slow(FakeTranscriber):
+        def flush_future(self) -> Future:
+            self.pending: Future = Future()
+            return self.pending
+
+    clock = [0.0]
+    h = Hearing(_VAD(), Slow(), FakeEndOfTurnDetector(), final_deadline_s=0.5, clock=lambda: clock[0])
+    seen: list = []
+    h._emit = seen.append
+    h._words = "half a sentence"
+    h._flush(0)
+    clock[0] = 0.6
+    h._check_final_deadline()
+    assert [(e.kind, e.text) for e in seen] == [("final", "half a sentence")]
+    h.transcriber.pending.set_result(TranscriptEvent("final", "late", "late", (), 1.0, 0.1, 0.0, 0))
+    assert len(seen) == 1  # the late final is dropped: one outcome per flush
+    with pytest.raises(ValueError, match="final_deadline_s"):
+        Hearing(_VAD(), Slow(), FakeEndOfTurnDetector(), final_deadline_s=0)
+
+
+class _VAD:  # the Hearing's Silero, never run in these tests
+    def stream(self, config):
+        from turn_detection.vad import VADStream
+
+        return VADStream(self, config)
+
+    def new_state(self):
+        return None, None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.soak import main, slope_mb_per_100
+from benchmarks.soak import main, slope_per_100
 
 pytestmark = [pytest.mark.integration]
 
@@ -20,12 +20,14 @@ def test_a_short_soak_answers_every_turn_and_leaves_nothing_behind(tmp_path):
     assert lvl["last_budget_complete"]
     assert 0 < lvl["p50_ms"] <= lvl["p90_ms"] < 2000
     assert lvl["tasks"][1] == lvl["tasks"][0], lvl["tasks"]  # no task left behind by a closed session
+    for sess in lvl["per_session"]:  # every question asked after the previous reply played out
+        assert sess["history"]["system_first"] and sess["history"]["messages"] == 2 * 5, sess["history"]
     assert out.read_text().startswith("{")
 
 
 def test_the_memory_slope_is_fitted_after_warm_up():
-    flat = [(i, 100.0 + (50.0 if i < 2 else 0.0)) for i in range(10)]  # a warm-up jump, then flat
-    assert slope_mb_per_100(flat) == pytest.approx(0.0, abs=1e-9)
-    rising = [(i, 100.0 + 0.01 * i) for i in range(10)]
-    assert slope_mb_per_100(rising) == pytest.approx(1.0)
-    assert slope_mb_per_100([(0, 1.0)]) is None
+    flat = [100.0 + (50.0 if i < 2 else 0.0) for i in range(10)]  # a warm-up jump, then flat
+    assert slope_per_100(flat) == pytest.approx(0.0, abs=1e-9)
+    rising = [100.0 + 0.01 * i for i in range(10)]
+    assert slope_per_100(rising) == pytest.approx(1.0)
+    assert slope_per_100([1.0]) is None

@@ -41,19 +41,39 @@ def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
     return out
 
 
-def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int) -> list[dict[str, str]]:
+def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
+                headroom: float = 0.25) -> list[dict[str, str]]:
     """Drop the oldest non-system messages until the prompt plus `reserve` generated tokens
-    fits the engine's context window. The system prompt and the newest message always stay."""
+    fits the engine's context window. The system prompt and the newest message always stay.
+
+    Once it has to drop, it drops until a `headroom` share of the window is free too: the kept
+    history then starts at the same message for the next several turns, so the engine's prefix
+    cache still holds it (trimming one message a turn would move the start every turn and
+    re-prefill the whole window each time). Binary search: O(log n) tokenizations, not O(n)."""
     limit = getattr(engine, "token_limit", None)
     if limit is None or not hasattr(engine, "encode_chat"):
         return messages
-    msgs = list(messages)
-    while len(engine.encode_chat(msgs)) + reserve >= limit:
-        drop = next((i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"), None)
-        if drop is None:
-            break  # only the system prompt and the new turn are left: the engine reports it
-        del msgs[drop]
-    return msgs
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom}")
+    if len(engine.encode_chat(messages)) + reserve < limit:
+        return messages
+    droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]
+
+    def without(k: int) -> list[dict[str, str]]:  # the k oldest droppable messages gone
+        gone = set(droppable[:k])
+        return [m for i, m in enumerate(messages) if i not in gone]
+
+    budget = limit - reserve - int(headroom * limit)
+    lo, hi = 1, len(droppable)  # the fewest drops that leave the headroom free
+    if len(engine.encode_chat(without(hi))) >= budget:
+        hi = lo = len(droppable)  # even everything dropped does not leave it: drop all we may
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(engine.encode_chat(without(mid))) < budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    return without(lo)
 
 
 class ParleyLLM(llm.LLM):
@@ -75,6 +95,7 @@ class ParleyLLM(llm.LLM):
         self._time_left = time_left_s
         self._requests = 0
         self.last_usage: llm.CompletionUsage | None = None  # of the newest finished request
+        self.last_messages: list[dict[str, str]] = []  # what the newest request sent (trimmed)
 
     @property
     def model(self) -> str:
@@ -98,6 +119,7 @@ class ParleyLLMStream(llm.LLMStream):
         # off the loop: fitting a long history re-tokenizes it (milliseconds per pass)
         messages = await asyncio.to_thread(fit_context, engine, chat_messages(self._chat_ctx),
                                            plugin.params.max_tokens)
+        plugin.last_messages = messages
         request_id = f"voice-{uuid.uuid4().hex[:12]}"
         plugin._marks("llm_request")
         plugin._requests += 1
