@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import resource
 import statistics
 import time
@@ -209,6 +210,18 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def machine() -> dict:
+    """The CPU beside every figure: model (with family/model: the name alone is generic on cloud
+    machines), its vector extensions, cores, and the load when the run began (a shared machine:
+    other jobs' load moves every figure; compare ratios taken in one run)."""
+    from benchmarks.voice_report import cpu_model
+    from kernels.cpu_native import cpu_flags
+
+    flags = cpu_flags()
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],
+            "simd": [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni") if f in flags]}
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -222,7 +235,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--stream-repeats", type=int, default=1, help="streaming: passes over the prompts")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    res: dict = {}
+    res: dict = {"machine": machine()}
     if not a.stream_only:
         res = run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
         print(table(res))
@@ -230,6 +243,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         torch.set_num_threads(1)
         res["stream"] = stream_section(a.formats, a.stream_tokens, a.stream_repeats)
         print(stream_table(res["stream"]))
+    res["machine"]["load_avg_1m_end"] = os.getloadavg()[0]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -1,4 +1,6 @@
-"""Skinny CPU matmul for decode: y = x @ w.T for 1..8 rows, fp32 or bf16 weights.
+"""Skinny CPU matmul for decode: y = x @ w.T for 1..8 rows, fp32 or bf16 weights; more rows
+(prefill) run in 8-row chunks with the same arithmetic per output, so a row's result never
+depends on how many rows share the call (csrc/cpu_gemv.cpp, row_chunks).
 
 fp32 weights: fp32 products and sums. bf16 weights: x rounded to bf16 (nearest even), exact
 products, fp32 sums (AVX512-BF16 dot products where the CPU has them); y is always fp32.
@@ -16,7 +18,7 @@ import torch
 
 from kernels.cpu_native import I32, I64, P, bind, library
 
-MAX_ROWS = 8
+MAX_ROWS = 8  # rows that share one read of the weights (more rows: another pass, from cache)
 
 
 @functools.cache
@@ -44,13 +46,13 @@ def check_weight(w: torch.Tensor) -> None:
 
 
 def cpu_gemv(
-    x: torch.Tensor,  # [M, K] fp32, 1 <= M <= 8
+    x: torch.Tensor,  # [M, K] fp32, M >= 1
     w: torch.Tensor,  # [N, K] fp32 or bf16, contiguous
 ) -> torch.Tensor:  # [M, N] fp32
     if x.device.type != "cpu" or x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"cpu_gemv: x [M, K] and w [N, K] expected, got {tuple(x.shape)} and {tuple(w.shape)}")
-    if not 1 <= x.shape[0] <= MAX_ROWS:
-        raise ValueError(f"cpu_gemv takes 1..{MAX_ROWS} rows, got {x.shape[0]}")
+    if x.shape[0] < 1:
+        raise ValueError(f"cpu_gemv takes 1 or more rows, got {x.shape[0]}")
     if x.dtype != torch.float32:
         raise ValueError(f"cpu_gemv: x fp32 and w fp32/bf16 expected, got {x.dtype} and {w.dtype}")
     check_weight(w)
@@ -58,7 +60,7 @@ def cpu_gemv(
 
 
 def gemv_checked(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """cpu_gemv once the caller has checked x (fp32 [M, K], 1 <= M <= 8) and w (check_weight):
+    """cpu_gemv once the caller has checked x (fp32 [M, K], M >= 1) and w (check_weight):
     7 us of checks saved per call, ~1 ms per decode step of a 30-layer model."""
     x = x.contiguous()
     m, k = x.shape
@@ -69,14 +71,14 @@ def gemv_checked(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def cpu_gemv_i8(
-    x: torch.Tensor,  # [M, K] fp32, 1 <= M <= 8
+    x: torch.Tensor,  # [M, K] fp32, M >= 1
     w: torch.Tensor,  # [N, K] int8, contiguous
     scale: torch.Tensor,  # [N] fp32: row n of the real weight is scale[n] * w[n]
     wsum: torch.Tensor,  # [N] int32: sum_k w[n, k] (see csrc/cpu_gemv.cpp)
 ) -> torch.Tensor:  # [M, N] fp32
     """int8 weights x int8-quantized activations (per-row absmax), exact int32 sums."""
-    if x.dtype != torch.float32 or x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
-        raise ValueError(f"cpu_gemv_i8: x fp32 [M, K] with 1..{MAX_ROWS} rows expected, got {tuple(x.shape)}")
+    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[0] < 1:
+        raise ValueError(f"cpu_gemv_i8: x fp32 [M, K] with 1 or more rows expected, got {tuple(x.shape)}")
     if w.dtype != torch.int8 or w.dim() != 2 or w.shape[1] != x.shape[1] or not w.is_contiguous():
         raise ValueError(f"cpu_gemv_i8: w contiguous int8 [N, K] expected, got {w.dtype} {tuple(w.shape)}")
     n = w.shape[0]

@@ -1,6 +1,8 @@
-"""CPU attention for decode and speculative-verify steps (few query rows per sequence):
-our C++ paged kernel (kernels.cpu_ops.paged_attention, reads the blocks in place) where it
-builds, else torch's fused SDPA over gathered K/V. Prefill and CUDA take the kernels' dispatch.
+"""CPU attention: our C++ paged kernel (kernels.cpu_ops.paged_attention, reads the blocks in
+place) for every step where it builds, prefill included, so that a query row's output does not
+depend on how many rows share the step (its sums run in the same order at any width); else,
+for decode and speculative-verify steps (few query rows per sequence), torch's fused SDPA
+over gathered K/V. Prefill without the kernel, and CUDA, take the kernels' dispatch.
 
 SDPA path, measured here, 1 thread, SmolLM2 shapes (9 q / 3 kv heads, D 64),
 per layer: kernels' torch reference 290 us at 64 cached tokens, 630 us at 300, 2870 us at
@@ -22,13 +24,15 @@ from llm_engine.speculative.verify_attention import MAX_VERIFY_QUERIES, sdpa_ver
 
 def cpu_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
                   scale: float, backend: str = "auto") -> torch.Tensor | None:
-    """q [T, Hq, D] -> [T, Hq, D]; None when this is not a few-queries step (prefill).
-    backend "torch" keeps to torch ops (SDPA)."""
-    if not meta.seq_lens or q.shape[0] > MAX_VERIFY_QUERIES * len(meta.seq_lens):
+    """q [T, Hq, D] -> [T, Hq, D]; None when neither the C++ kernel nor SDPA takes the step
+    (a prefill without the kernel). backend "torch" keeps to torch ops (SDPA)."""
+    if not meta.seq_lens:
         return None
     if use_cpu_native(backend, q, k_cache, v_cache):
         return cpu_ops.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
                                        meta.context_lens, scale)
+    if q.shape[0] > MAX_VERIFY_QUERIES * len(meta.seq_lens):
+        return None
     if meta.is_decode:
         return sdpa_decode_attention(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
     return sdpa_verify_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q.tolist(),

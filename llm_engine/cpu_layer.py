@@ -1,9 +1,15 @@
-"""A whole decoder layer in one C++ call for CPU decode and verify steps (kernels/csrc/
-cpu_decode_layer.cpp): the per-op path's kernels without its ~80 us of Python and dispatch per
-layer (2.4 ms of a 19 ms fp32 SmolLM2 step on the dev machine).
+"""A whole decoder layer in one C++ call for every CPU step, decode, verify and prefill alike
+(kernels/csrc/cpu_decode_layer.cpp): the per-op path's kernels without its ~80 us of Python and
+dispatch per layer (2.4 ms of a 19 ms fp32 SmolLM2 step on the dev machine).
 
-`FusedLayer.forward` returns None whenever the step is not one it covers (more than 8 rows,
-CUDA, autograd, weights the gemv kernel cannot take); the caller then runs the per-op path.
+Prefill takes it too, so that a prompt row is computed by the same arithmetic whether it is
+prefilled with hundreds of others (a cold prompt) or with a few (the uncached tail after a
+prefix-cache hit, a verify pass): before, prefill ran the per-op path (oneDNN's fp32 GEMM,
+torch's attention and silu), and the int8 voice default's greedy reply after a prefix hit
+left the cold reply's path on 6 of the 8 benchmark prompts (2 at the first token).
+
+`FusedLayer.forward` returns None whenever the step is not one it covers (CUDA, autograd,
+weights the gemv kernel cannot take); the caller then runs the per-op path.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ import functools
 
 import torch
 
-from kernels.cpu_gemv import MAX_ROWS
 from kernels.cpu_native import library
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.linear import Linear
@@ -116,7 +121,7 @@ class FusedLayer:
     def forward(self, ly, h: torch.Tensor, residual: torch.Tensor | None, step: _Step | None,
                 kv: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """h, residual [T, H] -> (h, residual) of the layer, or None (not covered)."""
-        if step is None or h.dtype != torch.float32 or h.shape[0] > MAX_ROWS or torch.is_grad_enabled():
+        if step is None or h.dtype != torch.float32 or torch.is_grad_enabled():
             return None
         k_cache, v_cache = kv
         if k_cache.dtype != torch.float32 or not (k_cache.is_contiguous() and v_cache.is_contiguous()):

@@ -27,15 +27,17 @@ On an AVX2-only EPYC (no AVX-512; ~10 GB/s from DRAM on one core), one decode st
 rows fp32 57 / 53 / 75 ms (F.linear 71 / 125 / 157), bf16 40 / 36 / 47 ms (F.linear 40 / 64 /
 260), int8 20 / 23 / 31 ms; so a verify pass costs about one decode step there too.
 
-"auto", on CPU in inference, takes cpu_gemv up to 8 rows (decode, small batches, speculative
-verify); above (prefill, batches of verify passes) fp32 goes to oneDNN and bf16 runs cpu_gemv
-8 rows at a time. Measured side by side (1 thread, machine shared): bf16 [1728, 576] at 16 /
-128 rows 0.29 / 1.34 ms through oneDNN on an fp32 copy of the weight, 0.10 / 0.73 ms in 8-row
-chunks; the tied LM head [49152, 576] at 16 rows 112 ms against 7 ms (its fp32 copy alone is
-113 MB). fp32 chunks lose to oneDNN from 64 rows (0.74 vs 0.57 ms), so fp32 keeps oneDNN.
-One kernel for 1-8 rows also means one arithmetic: a row's sum runs in the same order
-whatever the number of rows, so a k+1-row verify step scores a token exactly as a 1-row
-decode step would. oneDNN's bf16 matmul, by contrast, rounds its
+"auto", on CPU in inference, takes cpu_gemv at every row count: up to 8 rows (decode, small
+batches, speculative verify) in one pass over the weights, above (prefill) in 8-row chunks
+over cache-sized blocks of weight rows. Measured side by side (1 thread, machine shared): bf16
+[1728, 576] at 16 / 128 rows 0.29 / 1.34 ms through oneDNN on an fp32 copy of the weight,
+0.10 / 0.73 ms in 8-row chunks; the tied LM head [49152, 576] at 16 rows 112 ms against 7 ms
+(its fp32 copy alone is 113 MB). fp32 at prefill sizes is slower than oneDNN (see
+benchmarks/cpu_gemv.py) but kept: one kernel at every row count means one arithmetic: a row's
+sum runs in the same order whatever the number of rows, so a k+1-row verify step scores a
+token exactly as a 1-row decode step would, and a prompt's last row after a prefix-cache hit
+(a few uncached rows) exactly as in a cold prefill of the whole prompt; with oneDNN for
+prefill, greedy replies after a hit left the cold ones' path. oneDNN's bf16 matmul rounds its
 output to bf16; mixing it in would make a decode step and a verify step (or a prefix-cache
 hit's short prefill) disagree by a bf16 ulp, enough to flip greedy near-ties (measured: a
 repeated 48-token greedy prompt diverged at token 24 with oneDNN bf16 alone). So every bf16
@@ -55,8 +57,7 @@ from torch import nn
 from kernels.cpu_gemv import check_weight, cpu_gemv_available, gemv_checked
 
 LINEAR_BACKENDS = ("auto", "onednn", "torch")
-# rows up to which "auto" takes kernels.cpu_gemv, per weight dtype (see above)
-GEMV_MAX_ROWS = {torch.float32: 8, torch.bfloat16: 8}
+GEMV_DTYPES = (torch.float32, torch.bfloat16)  # the weights "auto" runs through kernels.cpu_gemv
 
 
 @functools.cache
@@ -88,10 +89,8 @@ class Linear(nn.Linear):
             y = F.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
             return y if y.dtype == x.dtype else y.to(x.dtype)
         x2 = x.reshape(-1, self.in_features)  # [M, in]
-        if route == "gemv":  # bf16 weights: x rounded to bf16 inside; above 8 rows in chunks
-            rows = GEMV_MAX_ROWS[self.weight.dtype]
-            y = (gemv_checked(x2, self.weight) if x2.shape[0] <= rows
-                 else torch.cat([gemv_checked(c, self.weight) for c in x2.split(rows)]))
+        if route == "gemv":  # bf16 weights: x rounded to bf16 inside
+            y = gemv_checked(x2, self.weight)
         else:
             w = self.weight
             if w.dtype == torch.bfloat16:  # the same products as cpu_gemv's bf16 path (see above)
@@ -112,11 +111,9 @@ class Linear(nn.Linear):
         w = self.weight
         key = (w.data_ptr(), w.dtype, w.stride(), self.backend)  # no reference kept: .to() may replace w
         if self._gemv_for != key:
-            self._gemv_ok = self.backend == "auto" and w.dtype in GEMV_MAX_ROWS and _gemv_takes(w)
+            self._gemv_ok = self.backend == "auto" and w.dtype in GEMV_DTYPES and _gemv_takes(w)
             self._gemv_for = key
-        rows = x.numel() // self.in_features
-        if self._gemv_ok and x.dtype == torch.float32 and rows > 0 and (
-                rows <= GEMV_MAX_ROWS[w.dtype] or w.dtype == torch.bfloat16):
+        if self._gemv_ok and x.dtype == torch.float32 and x.numel() > 0:
             return "gemv"
         return "onednn"
 

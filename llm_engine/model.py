@@ -112,7 +112,7 @@ class LlamaModel(nn.Module):
     def _fused_step(self, input_ids, meta, kv_caches):
         """The fused CPU layer kernel's step metadata, or (None, None) when it does not apply."""
         if (not self.cpu_fused_layers or self.backend != "auto" or input_ids.is_cuda or not meta.seq_lens
-                or input_ids.shape[0] > 8 or not self.layers[0].sdpa_decode or not fused_kernel_available()):
+                or not self.layers[0].sdpa_decode or not fused_kernel_available()):
             return None, None
         return step_struct(meta, self.cos, self.sin, kv_caches[0][0].shape[1])
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.cpu_gemv import MAX_ROWS, cpu_gemv_available, cpu_gemv_i8, quantize_rows_ref
+from kernels.cpu_gemv import cpu_gemv_available, cpu_gemv_i8, quantize_rows_ref
 from llm_engine.linear import Linear
 
 if TYPE_CHECKING:
@@ -47,9 +47,9 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] fp32 -> [..., out]
         x2 = x.reshape(-1, self.in_features).float()
         if x.device.type == "cpu" and x2.shape[0] > 0 and cpu_gemv_available():
-            # prefill in chunks of 8 rows: the decode kernel's arithmetic for every row, and on
-            # VNNI faster than an fp32 matmul over dequantized weights
-            y = torch.cat([cpu_gemv_i8(c, self.weight, self.scale, self.wsum) for c in x2.split(MAX_ROWS)])
+            # prefill too (8-row chunks inside): the decode kernel's arithmetic for every row, and
+            # on VNNI faster than an fp32 matmul over dequantized weights
+            y = cpu_gemv_i8(x2, self.weight, self.scale, self.wsum)
         else:  # no kernel: the same quantization, sums in fp32 (exact below 2^24)
             q, xs = quantize_rows_ref(x2)
             y = F.linear(q, self.weight.float()) * xs * self.scale

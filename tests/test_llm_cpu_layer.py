@@ -1,4 +1,7 @@
-"""The fused CPU decoder layer (one C++ call) against the per-op path it replaces."""
+"""The fused CPU decoder layer (one C++ call) against the per-op path it replaces, and the
+row invariance it gives: a token's logits are the same bits however many rows share its pass
+(cold prefill, a prefix-cache hit's short tail, chunked prefill, decode), so greedy output
+after prefill() equals a cold prompt's."""
 
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def test_fused_matches_per_op_on_decode_and_verify(tmp_path, monkeypatch, name, 
     calls, real = [], cpu_layer._kernel()
     monkeypatch.setattr(cpu_layer, "_kernel", lambda: lambda *a: calls.append(1) or real(*a))
     f_fused, l_fused = _hidden(engine, seqs, feeds, fused=True)
-    assert len(calls) == 2 * engine.model.cfg.num_layers  # the "b" prompt (3 tokens) and the step
+    assert len(calls) == 3 * engine.model.cfg.num_layers  # both prompts' prefills and the step
     torch.testing.assert_close(f_fused, f_per_op, rtol=1e-5, atol=1e-5)  # silu's expf: an ulp apart
     torch.testing.assert_close(l_fused, l_per_op, rtol=1e-4, atol=1e-4)
 
@@ -67,3 +70,54 @@ def test_fused_engine_greedy_equals_per_op(tmp_path):
     ref = [o.token_ids for o in engine.generate(prompts, params)]
     engine.model.cpu_fused_layers = True
     assert [o.token_ids for o in engine.generate(prompts, params)] == ref
+
+
+TEMPLATE = "{% for m in messages %}t3 {{ m['content'] }} t4 {% endfor %}{% if add_generation_prompt %}t5{% endif %}"
+# a near-flat random model (initializer_range 0.02): greedy argmaxes are near-ties, so an ulp
+# of difference between two paths flips tokens (the old prefill path did within 40 tokens)
+FLAT = dict(initializer_range=0.02)
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "bf16", "int8"])
+def test_a_rows_logits_do_not_depend_on_the_pass_it_shares(tmp_path, weight_format):
+    make_tiny_llama(tmp_path, seed=3, **FLAT)
+    engine = _engine(tmp_path, weight_format=weight_format, block_size=8)
+    prompt = [(7 * i + 3) % 380 + 3 for i in range(45)]
+    target = EngineTarget(engine)
+    _, cold = target.extend("cold", prompt)  # one 45-row prefill pass
+    target.release("cold")
+    for cuts in ([40], [41, 44], [8, 16, 17, 30], list(range(1, 45))):  # short tails, chunks, decode
+        pieces, start = [], 0
+        for end in [*cuts, len(prompt)]:
+            pieces.append(target.extend("split", prompt[start:end])[1])
+            start = end
+        target.release("split")
+        assert torch.equal(torch.cat(pieces), cold), (weight_format, cuts)
+    # and beside another sequence's rows in the same pass
+    target.extend("other", list(range(100, 120)))
+    target.extend("split", prompt[:37])
+    both = target.extend_batch({"other": [5, 6, 7], "split": prompt[37:]})
+    assert torch.equal(both[1][1], cold[37:]), weight_format
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "bf16", "int8"])
+def test_greedy_after_prefill_ahead_equals_cold(tmp_path, weight_format):
+    make_tiny_llama(tmp_path, seed=4, **FLAT)
+    (tmp_path / "chat_template.jinja").write_text(TEMPLATE)
+    cold = _engine(tmp_path, weight_format=weight_format, block_size=8)
+    warm = LLMEngine.from_pretrained(str(tmp_path), weight_format=weight_format, block_size=8)
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    g = torch.Generator().manual_seed(11)
+    for n in (13, 30, 52):
+        words = [f"t{int(t)}" for t in torch.randint(6, 380, (n,), generator=g)]
+        interim = [{"role": "user", "content": " ".join(words[:-2])}]
+        final = [{"role": "user", "content": " ".join(words)}]
+        ref = cold.chat([final], params)[0]
+        rid = warm.prefill(interim)
+        while warm.is_running(rid):
+            warm.step()
+        out = warm.chat([final], params)[0]
+        assert out.num_cached_tokens >= 8, n  # the hit happened: only the tail was prefilled
+        assert out.token_ids == ref.token_ids, (weight_format, n)
+        again = warm.chat([final], params)[0]  # the whole prompt cached bar its last block
+        assert again.token_ids == ref.token_ids, (weight_format, n)

@@ -1,4 +1,5 @@
-// Skinny matmul for CPU decode: y[m, n] = sum_k x[m, k] * w[n, k] for 1..8 rows of x.
+// Skinny matmul for CPU decode: y[m, n] = sum_k x[m, k] * w[n, k] for 1..8 rows of x, and
+// prefill's many rows in 8-row chunks with the same per-output arithmetic (row_chunks).
 //
 // Decode streams every weight once per step, so the kernel's job is to read w at the
 // memory's speed and reuse each loaded weight vector for all M rows while it is in a
@@ -270,9 +271,34 @@ void parallel_rows(int64_t N, int threads, F f) {
     }
 }
 
+// f(m0, m, b0, b1): x rows m0..m0+m-1 (m <= 8) against weight rows b0..b1-1, covering rows
+// [0, M) x [n0, n1). Up to 8 rows: one call, each weight row streamed once. Prefill (more
+// rows): 8-row chunks against blocks of weight rows sized to stay in L2 (~256 KB) while every
+// chunk passes over them, so the weights still come from DRAM once. Each output is still
+// one accumulation over k in the kernel's fixed order, so a row's result does not depend on
+// M, on its chunk or on the block: a prefilled prompt row equals the same row decoded alone
+// (greedy output after a prefix-cache hit = cold).
+template <typename F>
+void row_chunks(int64_t M, int64_t K, int64_t w_bytes, int64_t n0, int64_t n1, F f) {
+    if (M <= 8) {
+        f(int64_t(0), M, n0, n1);
+        return;
+    }
+    int64_t nb = (256 * 1024) / (K * w_bytes);
+    nb = nb < 16 ? 16 : nb;
+    for (int64_t b0 = n0; b0 < n1; b0 += nb) {
+        const int64_t b1 = b0 + nb < n1 ? b0 + nb : n1;
+        for (int64_t m0 = 0; m0 < M; m0 += 8) f(m0, M - m0 < 8 ? M - m0 : 8, b0, b1);
+    }
+}
+
 template <typename S>
 void run(const typename S::X* x, const typename S::W* w, float* y, int64_t M, int64_t N, int64_t K, int threads) {
-    parallel_rows(N, threads, [&](int64_t n0, int64_t n1) { dispatch<S>(static_cast<int>(M), x, w, y, N, K, n0, n1); });
+    parallel_rows(N, threads, [&](int64_t n0, int64_t n1) {
+        row_chunks(M, K, sizeof(typename S::W), n0, n1, [&](int64_t m0, int64_t m, int64_t b0, int64_t b1) {
+            dispatch<S>(static_cast<int>(m), x + m0 * K, w, y + m0 * N, N, K, b0, b1);
+        });
+    });
 }
 
 }  // namespace
@@ -290,7 +316,7 @@ int parley_gemv_lanes(void) {
 #endif
 }
 
-// x [M, K] fp32, w [N, K] fp32, y [M, N] fp32; all contiguous; 1 <= M <= 8.
+// x [M, K] fp32, w [N, K] fp32, y [M, N] fp32; all contiguous; M >= 1 (see row_chunks).
 void parley_gemv_f32(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int threads) {
     run<F32Step>(x, w, y, M, N, K, threads);
 }
@@ -467,19 +493,22 @@ void i8_dispatch(int M, const int8_t* q, const int8_t* w, const int32_t* wsum, c
 
 extern "C" {
 
-// x [M, K] fp32 (1 <= M <= 8), w [N, K] int8, ws/wsum [N] (scale, sum_k w), y [M, N] fp32.
+// x [M, K] fp32 (M >= 1), w [N, K] int8, ws/wsum [N] (scale, sum_k w), y [M, N] fp32.
 void parley_gemv_i8(const float* x, const int8_t* w, const float* ws, const int32_t* wsum, float* y, int64_t M,
                     int64_t N, int64_t K, int threads) {
     int8_t* q = new int8_t[M * K];
-    float xs[8];
+    float* xs = new float[M];
     quantize_rows(x, q, xs, M, K);
 #if defined(__AVX512VNNI__)
     // q + 128 as u8 bits (vpdpbusd's unsigned operand), flipped once here rather than per row of w
     for (int64_t i = 0; i < M * K; ++i) q[i] = static_cast<int8_t>(static_cast<uint8_t>(q[i]) ^ 0x80u);
 #endif
     parallel_rows(N, threads, [&](int64_t n0, int64_t n1) {
-        i8_dispatch(static_cast<int>(M), q, w, wsum, xs, ws, y, N, K, n0, n1);
+        row_chunks(M, K, 1, n0, n1, [&](int64_t m0, int64_t m, int64_t b0, int64_t b1) {
+            i8_dispatch(static_cast<int>(m), q + m0 * K, w, wsum, xs + m0, ws, y + m0 * N, N, K, b0, b1);
+        });
     });
     delete[] q;
+    delete[] xs;
 }
 }

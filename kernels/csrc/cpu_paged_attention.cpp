@@ -51,6 +51,8 @@ struct Vec16 {
     static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
     static T fnmadd(T a, T b, T c) { return _mm512_fnmadd_ps(a, b, c); }
     static T max(T a, T b) { return _mm512_max_ps(a, b); }
+    static T min(T a, T b) { return _mm512_min_ps(a, b); }
+    static T div(T a, T b) { return _mm512_div_ps(a, b); }
     static T round(T x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
     static T pow2(T p, T n) { return _mm512_scalef_ps(p, n); }  // p * 2^n
     static float sum(T v) { return _mm512_reduce_add_ps(v); }
@@ -90,6 +92,8 @@ struct Vec8 {
     static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
     static T fnmadd(T a, T b, T c) { return _mm256_fnmadd_ps(a, b, c); }
     static T max(T a, T b) { return _mm256_max_ps(a, b); }
+    static T min(T a, T b) { return _mm256_min_ps(a, b); }
+    static T div(T a, T b) { return _mm256_div_ps(a, b); }
     static T round(T x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
     static T pow2(T p, T n) {  // p * 2^n by the exponent bits; exp's n lies in [-126, 0]
         const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
