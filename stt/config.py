@@ -40,6 +40,9 @@ class TranscriberConfig:
     # windows (96 ms): at 200 ms the decode (~150-190 ms on one loaded core) was still running
     # when a flush came 250 ms after the speech, and the final waited for it.
     endpoint_silence_s: float = 0.09
+    # Start the pause decode at the first silent VAD window (32 ms) instead of waiting for
+    # endpoint_silence_s: if speech comes back first it counts as an interim, not a pause.
+    tentative_pause: bool = False
     no_speech_threshold: float = 0.6
     # When the flush needs a decode of its own (speech went on until the flush, so no pause
     # decode covers it), decode only the audio after the stable prefix (prompted with it):
