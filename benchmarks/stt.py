@@ -230,6 +230,11 @@ VARIANTS = {
     "tentative-beam2-window8": {"tentative_pause": True, "final_beam_size": 2, "min_window_s": 8.0},
     "tentative-beam1-window6": {"tentative_pause": True, "final_beam_size": 1, "min_window_s": 6.0},
     "threads2": {"cpu_threads": 2},
+    "tentative-prefix": {"tentative_pause": True, "pause_prefix": True},
+    "tentative-pausewin6": {"tentative_pause": True, "pause_window_s": 6.0},
+    "tentative-prefix-pausewin6": {"tentative_pause": True, "pause_prefix": True, "pause_window_s": 6.0},
+    "tentative-prefix-beam2": {"tentative_pause": True, "pause_prefix": True, "final_beam_size": 2},
+    "interim-beam1": {"tentative_pause": True, "beam_size": 1},
     "pause-from-stable": {"pause_from_stable": True},
 }
 

@@ -43,6 +43,11 @@ class TranscriberConfig:
     # Start the pause decode at the first silent VAD window (32 ms) instead of waiting for
     # endpoint_silence_s: if speech comes back first it counts as an interim, not a pause.
     tentative_pause: bool = False
+    # Pause decodes start after the stable words (given to the decoder as the text's known
+    # start): only the unstable rest is generated.
+    pause_prefix: bool = False
+    # Encoder window floor of pause decodes (None: min_window_s).
+    pause_window_s: float | None = None
     no_speech_threshold: float = 0.6
     # When the flush needs a decode of its own (speech went on until the flush, so no pause
     # decode covers it), decode only the audio after the stable prefix (prompted with it):
@@ -77,6 +82,8 @@ class TranscriberConfig:
             raise ValueError("interval_s must be in [0.05, 10]")
         if not 1.0 <= self.min_window_s <= self.max_window_s <= 30.0:
             raise ValueError("need 1 <= min_window_s <= max_window_s <= 30")
+        if self.pause_window_s is not None and not 1.0 <= self.pause_window_s <= self.max_window_s:
+            raise ValueError("pause_window_s must be None or in [1, max_window_s]")
         if not 1.0 <= self.trim_s <= self.max_window_s:
             raise ValueError("trim_s must be in [1, max_window_s]")
         if not 0.0 < self.vad_neg_threshold <= self.vad_threshold < 1.0:

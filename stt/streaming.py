@@ -124,7 +124,8 @@ class StreamingTranscriber:
         """Block until all queued audio is processed (for offline replay and tests)."""
         with self._cond:
             return self._cond.wait_for(lambda: self._error is not None or self._closed or (
-                not self._inbox and not self._busy and self._flush is None and not self._running), timeout)
+                not self._inbox and not self._busy and self._flush is None and not self._running
+                and not self._done), timeout)
 
     def close(self) -> None:
         with self._cond:

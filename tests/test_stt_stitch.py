@@ -153,10 +153,11 @@ class ScriptedWhisper(WhisperDecoder):
             self.log.append((t0, time.perf_counter()))
         return out
 
-    def _encode(self, audio: np.ndarray) -> tuple[float, int]:
+    def _encode(self, audio: np.ndarray, min_window_s: float | None = None) -> tuple[float, int]:
         return float(audio[0]) * self.scale, 0
 
-    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
+    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float,
+               prefix: str = "") -> list[Word]:
         t0, _ = encoded
         with self._lock:
             self.calls += 1
