@@ -76,6 +76,20 @@ def test_turn_ending_right_after_a_pause_keeps_its_last_words(last):
     assert final.text == f"The total was $5.20 today {last}", final.text
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_pause_decodes_after_the_stable_words_keep_every_word(name):
+    # pause_prefix: a pause decode is told the stable words and generates only the rest
+    text, partial = SPLITS[name]
+    spoken = _timed(text)
+    pauses = (round(spoken[len(spoken) // 2][2] + 0.1, 3), round(spoken[-1][2] + 0.1, 3))  # mid-turn, end
+    decoder = ScriptedWhisper(spoken, partial=partial)
+    _, _, final = run_utterance(decoder, spoken[-1][2] + 0.3, pauses=pauses, step_s=0.25, pause_prefix=True)
+    assert final.text == _expected(text)
+    given = [p for p in decoder.prefixes if p]
+    assert given and all(_expected(text).startswith(p) for p in given), given
+
+
 # -- the flush against decodes in flight (scripted decoder, the gate fed VAD probabilities) ---
 SCALE = 10.0  # the ramp holds time / 10, inside [-1, 1]
 

@@ -141,12 +141,14 @@ class ScriptedWhisper(WhisperDecoder):
         self.cuts = 0  # decodes that heard a word cut short
         self.started = 0  # decodes begun
         self.log: list[tuple[float, float]] = []
+        self.prefixes: list[str] = []  # the `prefix` of each decode
         self._lock = threading.Lock()
 
     def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, **kw):
         t0 = time.perf_counter()
         with self._lock:
             self.started += 1
+            self.prefixes.append(kw.get("prefix", ""))
         time.sleep(self.delay_s)
         out = super().decode(audio, prompt, beam_size, **kw)
         with self._lock:
