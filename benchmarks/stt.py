@@ -221,20 +221,14 @@ def summarize(rows: list[dict], delay: float) -> dict:
 # in one run (turn by turn, so load changes hit every variant alike)
 VARIANTS = {
     "default": {},
+    "no-tentative": {"tentative_pause": False},  # the pause decode after endpoint_silence_s only
     "beam1": {"final_beam_size": 1},
     "beam2": {"final_beam_size": 2},
     "window6": {"min_window_s": 6.0},
     "window8": {"min_window_s": 8.0},
-    "endpoint64": {"endpoint_silence_s": 0.06},
-    "tentative": {"tentative_pause": True},
-    "tentative-beam2-window8": {"tentative_pause": True, "final_beam_size": 2, "min_window_s": 8.0},
-    "tentative-beam1-window6": {"tentative_pause": True, "final_beam_size": 1, "min_window_s": 6.0},
+    "endpoint64": {"endpoint_silence_s": 0.06, "tentative_pause": False},
+    "interim-beam1": {"beam_size": 1},
     "threads2": {"cpu_threads": 2},
-    "tentative-prefix": {"tentative_pause": True, "pause_prefix": True},
-    "tentative-pausewin6": {"tentative_pause": True, "pause_window_s": 6.0},
-    "tentative-prefix-pausewin6": {"tentative_pause": True, "pause_prefix": True, "pause_window_s": 6.0},
-    "tentative-prefix-beam2": {"tentative_pause": True, "pause_prefix": True, "final_beam_size": 2},
-    "interim-beam1": {"tentative_pause": True, "beam_size": 1},
     "pause-from-stable": {"pause_from_stable": True},
 }
 

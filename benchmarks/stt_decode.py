@@ -1,5 +1,5 @@
-"""Cost of the end-of-utterance decode, side by side: encoder window, beam, threads, trailing
-silence and a known prefix.
+"""Cost of the end-of-utterance decode, side by side: encoder window, beam, threads and
+trailing silence.
 
 The final is ready at flush only if the decode started when speech stopped ends inside the
 endpointing wait, so this times exactly that decode (the gated buffer: 0.19 s of pad, the
@@ -7,9 +7,9 @@ turn, then 32 ms of silence when it starts at the first silent VAD window or 96 
 three), on the held-out clips of benchmarks.stt, with its WER. Configurations alternate clip
 by clip in one run (a shared machine: compare ratios, not absolute times).
 
-"prefix": the words of the offline transcript that end before the last `PREFIX_LAG_S` of
-speech are given as the decode's known start (what the stable prefix holds when the pause
-decode starts; `TranscriberConfig.pause_prefix`), so only the rest is generated.
+(Measured once and dropped: the stable words given to the decoder as a forced prefix cost
+the same, x1.01, since CTranslate2 steps through a prefix token by token;
+results/2026-12-04-cpu2zen4-stt-decode-levers.json.)
 
     python -m benchmarks.stt_decode [--reps 3] [--json out.json]
 """
@@ -22,22 +22,13 @@ import statistics
 
 import numpy as np
 
-PREFIX_LAG_S = 0.8  # interims make words stable ~0.5-1 s after they are said (two agreeing decodes)
-# (label, min_window_s, beam, cpu_threads, trailing silence s, prefix); the first is the reference
-CONFIGS = (("window 10 s, beam 5, 1 thread, 96 ms", 10.0, 5, 1, 0.096, False),
-           ("window 10 s, beam 5, 1 thread, 32 ms", 10.0, 5, 1, 0.032, False),
-           ("window 10 s, beam 2, 1 thread, 32 ms", 10.0, 2, 1, 0.032, False),
-           ("window 10 s, greedy, 1 thread, 32 ms", 10.0, 1, 1, 0.032, False),
-           ("window 10 s, beam 5, prefix, 32 ms", 10.0, 5, 1, 0.032, True),
-           ("window 10 s, beam 2, prefix, 32 ms", 10.0, 2, 1, 0.032, True),
-           ("window 6 s, beam 5, 1 thread, 32 ms", 6.0, 5, 1, 0.032, False),
-           ("window 10 s, beam 5, 2 threads, 32 ms", 10.0, 5, 2, 0.032, False))
-
-
-def _prefix(words, speech_end_s: float) -> str:
-    from stt.events import join_words
-
-    return join_words([w for w in words if w.end <= speech_end_s - PREFIX_LAG_S])
+# (label, min_window_s, beam, cpu_threads, trailing silence s); the first is the reference
+CONFIGS = (("window 10 s, beam 5, 1 thread, 96 ms", 10.0, 5, 1, 0.096),
+           ("window 10 s, beam 5, 1 thread, 32 ms", 10.0, 5, 1, 0.032),
+           ("window 10 s, beam 2, 1 thread, 32 ms", 10.0, 2, 1, 0.032),
+           ("window 10 s, greedy, 1 thread, 32 ms", 10.0, 1, 1, 0.032),
+           ("window 6 s, beam 5, 1 thread, 32 ms", 6.0, 5, 1, 0.032),
+           ("window 10 s, beam 5, 2 threads, 32 ms", 10.0, 5, 2, 0.032))
 
 
 def run(reps: int, configs=CONFIGS) -> dict:
@@ -48,38 +39,34 @@ def run(reps: int, configs=CONFIGS) -> dict:
 
     data = [(text, audio) for text, audio, _ in clips("held-out")]
     decoders = {}
-    for _, window, _, threads, _, _ in configs:
+    for _, window, _, threads, _ in configs:
         decoders.setdefault((window, threads), WhisperDecoder(TranscriberConfig(
             min_window_s=window, cpu_threads=threads, decode_workers=1)))
     times: list[list[float]] = [[] for _ in configs]
     hyps: list[list[str]] = [[] for _ in configs]
     for _, speech in data:
-        reference_words = None
-        for i, (_, window, beam, threads, silence, use_prefix) in enumerate(configs):  # clip by clip
+        for i, (_, window, beam, threads, silence) in enumerate(configs):  # clip by clip
             dec = decoders[(window, threads)]
             audio = with_silence(speech, 0.192, silence)
-            if reference_words is None:
-                reference_words = dec.decode(with_silence(speech, 0.192, 0.096), "", 5)[0]
-            prefix = _prefix(reference_words, 0.192 + len(speech) / 16_000) if use_prefix else ""
             result: list = []
 
-            def decode(a=audio, d=dec, b=beam, p=prefix, r=result) -> None:
-                r.append(d.decode(a, "", b, prefix=p)[0])
+            def decode(a=audio, d=dec, b=beam, r=result) -> None:
+                r.append(d.decode(a, "", b)[0])
 
             times[i].append(median_seconds(decode, reps))
             hyps[i].append(" ".join(w.text for w in result[-1]))
     out = []
     refs = [t for t, _ in data]
-    for i, (label, window, beam, threads, silence, use_prefix) in enumerate(configs):
+    for i, (label, window, beam, threads, silence) in enumerate(configs):
         ratio = [a / b for a, b in zip(times[i], times[0])]
         row = {"config": label, "min_window_s": window, "beam": beam, "threads": threads, "silence_s": silence,
-               "prefix": use_prefix, "decode_ms_median": 1000 * statistics.median(times[i]),
+               "decode_ms_median": 1000 * statistics.median(times[i]),
                "decode_ms_p90": 1000 * float(np.percentile(times[i], 90)),
                "time_vs_first_median": statistics.median(ratio), "wer": wer(refs, hyps[i])}
         print(f"{label:40s} median {row['decode_ms_median']:6.1f} ms  p90 {row['decode_ms_p90']:6.1f} ms  "
               f"x{row['time_vs_first_median']:.2f}  WER {row['wer']:5.2f}%", flush=True)
         out.append(row)
-    return {"clips": len(data), "reps": reps, "prefix_lag_s": PREFIX_LAG_S, "configs": out}
+    return {"clips": len(data), "reps": reps, "configs": out}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,14 +40,13 @@ class TranscriberConfig:
     # windows (96 ms): at 200 ms the decode (~150-190 ms on one loaded core) was still running
     # when a flush came 250 ms after the speech, and the final waited for it.
     endpoint_silence_s: float = 0.09
-    # Start the pause decode at the first silent VAD window (32 ms) instead of waiting for
-    # endpoint_silence_s: if speech comes back first it counts as an interim, not a pause.
-    tentative_pause: bool = False
-    # Pause decodes start after the stable words (given to the decoder as the text's known
-    # start): only the unstable rest is generated.
-    pause_prefix: bool = False
-    # Encoder window floor of pause decodes (None: min_window_s).
-    pause_window_s: float | None = None
+    # Start the pause decode at the first silent VAD window instead of after endpoint_silence_s;
+    # if speech comes back first it counts as an interim, not a pause. Measured (benchmarks/stt.py
+    # --variant, 21 held-out turns, real time): the decode the final comes from was planned 36-42
+    # ms after the last word instead of 91-94 ms (Silero's last speech window ends ~6 ms after
+    # it), with the same WER (4.1-5.2% vs 4.6%, one word either way); 32 instead of 96 ms of
+    # trailing silence changed no tail word (benchmarks/stt_decode.py).
+    tentative_pause: bool = True
     no_speech_threshold: float = 0.6
     # When the flush needs a decode of its own (speech went on until the flush, so no pause
     # decode covers it), decode only the audio after the stable prefix (prompted with it):
@@ -82,8 +81,6 @@ class TranscriberConfig:
             raise ValueError("interval_s must be in [0.05, 10]")
         if not 1.0 <= self.min_window_s <= self.max_window_s <= 30.0:
             raise ValueError("need 1 <= min_window_s <= max_window_s <= 30")
-        if self.pause_window_s is not None and not 1.0 <= self.pause_window_s <= self.max_window_s:
-            raise ValueError("pause_window_s must be None or in [1, max_window_s]")
         if not 1.0 <= self.trim_s <= self.max_window_s:
             raise ValueError("trim_s must be in [1, max_window_s]")
         if not 0.0 < self.vad_neg_threshold <= self.vad_threshold < 1.0:

@@ -53,22 +53,20 @@ class WhisperDecoder:
                                    task="transcribe", language=lang)
         self._suppress = list(get_suppressed_tokens(self.tokenizer, [-1]))
 
-    def window_frames(self, n_samples: int, min_window_s: float | None = None) -> int:
+    def window_frames(self, n_samples: int) -> int:
         c = self.config
         audio_s = n_samples / SAMPLE_RATE
-        window_s = min(30.0, max(c.min_window_s if min_window_s is None else min_window_s,
-                                 audio_s + c.window_margin_s))
+        window_s = min(30.0, max(c.min_window_s, audio_s + c.window_margin_s))
         return round(window_s * _FRAMES_PER_S)
 
     def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, *,
-               prefix: str = "", min_window_s: float | None = None, stages: dict[str, float] | None = None,
+               stages: dict[str, float] | None = None,
                cancelled: Callable[[], bool] | None = None) -> tuple[list[Word], float]:
         """audio: [N] float32 16 kHz, N <= 30 s. Returns (words, seconds spent).
 
-        `prompt`: text said before the audio (context). `prefix`: the audio's own first words,
-        already known: the decoder starts after them (they are in the result, aligned), so
-        only the rest is generated. `min_window_s`: the encoder window floor for this decode
-        (default the config's).
+        `prompt`: text said before the audio (context). (Giving the audio's stable first words
+        as a forced decoder prefix instead was measured: CTranslate2 steps through a prefix
+        token by token, so it cost the same, x1.01; benchmarks/stt_decode.py.)
 
         `stages`: filled with the seconds of "encode_s" and "text_s" (generate + word
         alignment, + the repeat check's second decode when one ran). `cancelled`: asked after
@@ -77,7 +75,7 @@ class WhisperDecoder:
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
-        enc = self._encode(audio, min_window_s)
+        enc = self._encode(audio)
         t1 = time.perf_counter()
         if stages is not None:
             stages["encode_s"] = t1 - t0
@@ -85,33 +83,30 @@ class WhisperDecoder:
             return [], t1 - t0
         end_s = len(audio) / SAMPLE_RATE
         beam = beam_size or self.config.beam_size
-        words = self._words(enc, prompt, beam, end_s, prefix)
-        given = bool(prompt.strip() or prefix.strip())
-        if given or beam > 1:  # the other decode drops the prompt and prefix, or else the beam
-            other_beam = beam if given else 1
+        words = self._words(enc, prompt, beam, end_s)
+        if prompt.strip() or beam > 1:  # the other decode drops the prompt, or else the beam
+            other_beam = beam if prompt.strip() else 1
             words = drop_unheard_repeat(words, lambda: self._words(enc, "", other_beam, end_s))
         if stages is not None:
             stages["text_s"] = time.perf_counter() - t1
         return words, time.perf_counter() - t0
 
-    def _encode(self, audio: np.ndarray, min_window_s: float | None = None) -> tuple[object, int]:
+    def _encode(self, audio: np.ndarray) -> tuple[object, int]:
         """audio [N] -> (encoder output [1, window/2, D], content frames)."""
         from faster_whisper.audio import pad_or_trim
 
         m = self.model
         features = m.feature_extractor(audio)  # [80, T]
         content_frames = min(features.shape[-1] - 1, 3000)
-        window = self.window_frames(len(audio), min_window_s)
+        window = self.window_frames(len(audio))
         return m.encode(pad_or_trim(features[:, :content_frames], window)), content_frames
 
-    def _words(self, encoded: tuple[object, int], prompt: str, beam_size: int | None, end_s: float,
-               prefix: str = "") -> list[Word]:
+    def _words(self, encoded: tuple[object, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
         """One generate + word alignment on the encoded window (from `_encode`)."""
         m, (enc, content_frames) = self.model, encoded
         # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
         previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
-        # CTranslate2 returns the prefix tokens in the result, so they are aligned with the rest
-        prompt_ids = m.get_prompt(self.tokenizer, previous, without_timestamps=True, prefix=prefix.strip() or None)
+        prompt_ids = m.get_prompt(self.tokenizer, previous, without_timestamps=True)
         res = m.model.generate(enc, [prompt_ids], beam_size=beam_size or self.config.beam_size, max_length=448,
                                return_scores=True, return_no_speech_prob=True,
                                suppress_blank=True, suppress_tokens=self._suppress)[0]

@@ -31,8 +31,6 @@ class DecodeJob:
     audio: np.ndarray
     prompt: str
     beam: int
-    prefix: str = ""  # the decoded audio's first words, known already (see WhisperDecoder.decode)
-    min_window_s: float | None = None
     words: list = field(default_factory=list)  # results, set by `run`
     dt: float = 0.0
     abandoned: bool = False  # its result will be thrown away (a later decode supersedes it)
@@ -47,8 +45,7 @@ class DecodeJob:
 
     def run(self, decoder: WhisperDecoder) -> DecodeJob:
         self.started_wall = time.perf_counter()
-        words, self.dt = decoder.decode(self.audio, self.prompt, self.beam, prefix=self.prefix,
-                                        min_window_s=self.min_window_s, stages=self.stages,
+        words, self.dt = decoder.decode(self.audio, self.prompt, self.beam, stages=self.stages,
                                         cancelled=lambda: self.abandoned)
         self.words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
         self.ended_wall = time.perf_counter()
@@ -138,15 +135,10 @@ class Utterance:
         stable_before = [w for w in self.hyp.committed if w.end <= start / SAMPLE_RATE + 0.05]
         prompt = " ".join(s for s in (self.prompt, join_words(stable_before)) if s)
         beam = self.config.beam_size if kind == "interim" else self.config.final_beam_size
-        prefix, window = "", None
-        if kind == "pause" and start == self.start:
-            window = self.config.pause_window_s
-            if self.config.pause_prefix:  # the stable words in the audio: only the rest is generated
-                prefix = join_words([w for w in self.hyp.committed if w.end > start / SAMPLE_RATE + 0.05])
         self.decoded_upto = self.n
         if kind != "interim":
             self.complete_planned = self.n
-        return DecodeJob(kind, start, self.n, self.speech_upto, audio, prompt, beam, prefix, window,
+        return DecodeJob(kind, start, self.n, self.speech_upto, audio, prompt, beam,
                          tentative=kind == "pause" and not self.paused, settled=kind != "pause" or self.paused,
                          speech_end_s=self._stream_time(self.speech_upto), planned_wall=time.perf_counter())
 

@@ -76,20 +76,6 @@ def test_turn_ending_right_after_a_pause_keeps_its_last_words(last):
     assert final.text == f"The total was $5.20 today {last}", final.text
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("name", list(SPLITS))
-def test_pause_decodes_after_the_stable_words_keep_every_word(name):
-    # pause_prefix: a pause decode is told the stable words and generates only the rest
-    text, partial = SPLITS[name]
-    spoken = _timed(text)
-    pauses = (round(spoken[len(spoken) // 2][2] + 0.1, 3), round(spoken[-1][2] + 0.1, 3))  # mid-turn, end
-    decoder = ScriptedWhisper(spoken, partial=partial)
-    _, _, final = run_utterance(decoder, spoken[-1][2] + 0.3, pauses=pauses, step_s=0.25, pause_prefix=True)
-    assert final.text == _expected(text)
-    given = [p for p in decoder.prefixes if p]
-    assert given and all(_expected(text).startswith(p) for p in given), given
-
-
 # -- the flush against decodes in flight (scripted decoder, the gate fed VAD probabilities) ---
 SCALE = 10.0  # the ramp holds time / 10, inside [-1, 1]
 
@@ -134,7 +120,8 @@ def test_flush_takes_the_pause_decode_in_flight_that_covers_the_speech():
 @pytest.mark.unit
 def test_flush_never_waits_for_a_decode_that_misses_speech():
     decoder = ScriptedWhisper(SPOKEN, delay_s=0.6, scale=SCALE)
-    with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
+    # no tentative pause decode: the flush comes before any pause decode
+    with StreamingTranscriber(TranscriberConfig(interval_s=0.5, tentative_pause=False), decoder=decoder) as st:
         _push(st, 0.0, 1.024, 1.0)  # an interim decode starts (0.5 s of speech)
         _wait(lambda: decoder.started == 1)
         _push(st, 1.024, 2.048, 1.0)  # more speech while it runs: it no longer covers it

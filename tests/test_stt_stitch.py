@@ -141,25 +141,22 @@ class ScriptedWhisper(WhisperDecoder):
         self.cuts = 0  # decodes that heard a word cut short
         self.started = 0  # decodes begun
         self.log: list[tuple[float, float]] = []
-        self.prefixes: list[str] = []  # the `prefix` of each decode
         self._lock = threading.Lock()
 
     def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, **kw):
         t0 = time.perf_counter()
         with self._lock:
             self.started += 1
-            self.prefixes.append(kw.get("prefix", ""))
         time.sleep(self.delay_s)
         out = super().decode(audio, prompt, beam_size, **kw)
         with self._lock:
             self.log.append((t0, time.perf_counter()))
         return out
 
-    def _encode(self, audio: np.ndarray, min_window_s: float | None = None) -> tuple[float, int]:
+    def _encode(self, audio: np.ndarray) -> tuple[float, int]:
         return float(audio[0]) * self.scale, 0
 
-    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float,
-               prefix: str = "") -> list[Word]:
+    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
         t0, _ = encoded
         with self._lock:
             self.calls += 1
@@ -186,6 +183,7 @@ class OpenGate:
 
     pending_samples = 0
     kept_speech_upto = -1
+    speech_seen = True
 
     def new_turn(self) -> None:
         self.in_speech, self.silence_s = True, 0.0
