@@ -41,7 +41,7 @@ BARS = {
     "low": (0.05, 0.1, 0.2, 0.3, 0.5),
     "curve": (1.0, 2.0),
 }
-MIX = {"audio_weight": (0.25, 0.5, 1.0), "text_weight": (0.0, 0.5, 1.0, 2.0, 3.0), "text_bias": (-1.0, 0.0, 1.0)}
+MIX = {"audio_weight": (0.1, 0.25, 0.5, 1.0), "text_weight": (0.0, 0.5, 1.0, 2.0, 3.0), "text_bias": (-1.0, 0.0, 1.0)}
 
 
 def text_probabilities(tr: Trace, timeline: list[tuple[float, str]], scorer: CompletenessScorer) -> np.ndarray:
