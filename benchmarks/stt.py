@@ -21,12 +21,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import statistics
 import time
 
 import jiwer
 import numpy as np
+
+from benchmarks.voice_report import cpu_model
 
 TEXTS = (
     "Hello there.",
@@ -159,30 +162,43 @@ def tail_lost(ref: str, hyp: str) -> bool:
     return bool(r) and r[-1] not in h[-2:]
 
 
-def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, realtime: bool) -> dict:
+def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, realtime: bool, log=None) -> dict:
+    """Replay one turn and flush `flush_delay_s` after its speech; `log`: the transcriber's
+    DecodeLog, for the turn's timeline (benchmarks.stt_timeline)."""
+    from benchmarks.stt_timeline import turn_timeline
     from stt import replay
     from tests.speech import with_silence
 
     x = with_silence(audio, before_s, flush_delay_s + 0.5)
     speech_end = before_s + len(audio) / 16_000
+    if log is not None:
+        log.take()
+    clock0 = st._clock  # the transcriber's stream time goes on across turns
+    t0 = time.perf_counter()  # replay's stream time 0 (to well under a ms)
     r = replay(st, x, realtime=realtime, flush_at_s=speech_end + flush_delay_s)
+    st.wait_idle(10)  # abandoned decodes finish before the next turn
     interims = [e for e in r.events if e.kind in ("interim", "preflight")]
     gaps = [b.audio_time_s - a.audio_time_s for a, b in itertools.pairwise(interims)]
     decode = sum(e.decode_s for e in r.events) + r.final.decode_s
-    return {"final": r.final.text, "final_latency_s": r.final.latency_s, "final_decode_s": r.final.decode_s,
-            "no_new_decode": r.final.decode_s == 0.0,
-            "interims": len(interims), "preflight": any(e.kind == "preflight" for e in interims),
-            "interim_gap_s": statistics.median(gaps) if gaps else None,
-            "interim_latency_s": statistics.median([e.latency_s for e in interims]) if interims else None,
-            "decode_s": decode, "wall_s": r.wall_s, "cpu_s": r.cpu_s}
+    out = {"final": r.final.text, "final_latency_s": r.final.latency_s, "final_decode_s": r.final.decode_s,
+           "no_new_decode": r.final.decode_s == 0.0,
+           "interims": len(interims), "preflight": any(e.kind == "preflight" for e in interims),
+           "interim_gap_s": statistics.median(gaps) if gaps else None,
+           "interim_latency_s": statistics.median([e.latency_s for e in interims]) if interims else None,
+           "decode_s": decode, "wall_s": r.wall_s, "cpu_s": r.cpu_s}
+    if log is not None:
+        out["timeline"] = turn_timeline(log.take(), t0, speech_end, flush_delay_s, r.final.latency_s, clock0)
+    return out
 
 
 def summarize(rows: list[dict], delay: float) -> dict:
+    from benchmarks.stt_timeline import summarize_timelines
+
     lat = [r["final_latency_s"] for r in rows]
     gaps = [r["interim_gap_s"] for r in rows if r["interim_gap_s"] is not None]
     audio_s = sum(r["duration_s"] for r in rows)
     refs = [r["text"] for r in rows]
-    return {
+    out = {
         "flush_delay_s": delay,
         "final_latency_ms_p50": 1000 * pct(lat, 50), "final_latency_ms_p90": 1000 * pct(lat, 90),
         "final_no_new_decode_share": sum(r["no_new_decode"] for r in rows) / len(rows),
@@ -195,31 +211,73 @@ def summarize(rows: list[dict], delay: float) -> dict:
         "wer_stream": wer(refs, [r["final"] for r in rows]),
         "tail_lost_stream": sum(tail_lost(r["text"], r["final"]) for r in rows),
     }
+    timelines = [r["timeline"] for r in rows if "timeline" in r]
+    if timelines:
+        out["timeline"] = summarize_timelines(timelines)
+    return out
+
+
+# --variant NAME: TranscriberConfig changes from the defaults, each replayed on the same turns
+# in one run (turn by turn, so load changes hit every variant alike)
+VARIANTS = {
+    "default": {},
+    "no-tentative": {"tentative_pause": False},  # the pause decode after endpoint_silence_s only
+    "beam1": {"final_beam_size": 1},
+    "beam2": {"final_beam_size": 2},
+    "window6": {"min_window_s": 6.0},
+    "window8": {"min_window_s": 8.0},
+    "endpoint64": {"endpoint_silence_s": 0.06, "tentative_pause": False},
+    "interim-beam1": {"beam_size": 1},
+    "threads2": {"cpu_threads": 2},
+    "pause-from-stable": {"pause_from_stable": True},
+}
+
+
+def _config(args, changes: dict):
+    from stt import TranscriberConfig
+
+    base = {"model": args.model, "cpu_threads": args.threads, "endpoint_silence_s": args.endpoint_silence,
+            "decode_workers": args.decode_workers, "final_beam_size": args.final_beam,
+            "pause_from_stable": args.pause_from_stable, "restart_at_pause": args.restart_at_pause}
+    return TranscriberConfig(**{**base, **changes})
 
 
 def run(args) -> dict:
-    from stt import StreamingTranscriber, TranscriberConfig, transcribe
+    from benchmarks.stt_timeline import DecodeLog
+    from stt import StreamingTranscriber, WhisperDecoder, transcribe
 
-    data = clips(args.voices, args.pauses)
-    cfg = TranscriberConfig(model=args.model, cpu_threads=args.threads, endpoint_silence_s=args.endpoint_silence,
-                            decode_workers=args.decode_workers, final_beam_size=args.final_beam,
-                            pause_from_stable=args.pause_from_stable, restart_at_pause=args.restart_at_pause)
-    rows: dict[float, list[dict]] = {d: [] for d in args.flush_delay}
+    data = clips(args.voices, args.pauses)[:args.limit]
+    configs = {v: _config(args, VARIANTS[v]) for v in args.variant}
+    decoders: dict[tuple, WhisperDecoder] = {}  # one per encoder window and thread count
+    logs, streams = {}, {}
+    for v, cfg in configs.items():
+        key = (cfg.min_window_s, cfg.cpu_threads, cfg.decode_workers)
+        decoders.setdefault(key, WhisperDecoder(cfg))
+        logs[v] = DecodeLog()
+        streams[v] = StreamingTranscriber(cfg, decoder=decoders[key], on_decode=logs[v])
+    offline_decoder = next(iter(decoders.values()))
+    rows: dict[str, dict[float, list[dict]]] = {v: {d: [] for d in args.flush_delay} for v in configs}
     offline = []
-    with StreamingTranscriber(cfg) as st:
-        stream_one(st, data[0][1], 0.3, 0.25, realtime=False)  # warm-up
+    try:
+        for st in streams.values():
+            stream_one(st, data[0][1], 0.3, 0.25, realtime=False)  # warm-up
         for text, audio, voice in data:
             t0 = time.perf_counter()
-            off = transcribe(audio, model=args.model, decoder=st._decoder)
+            off = transcribe(audio, model=args.model, decoder=offline_decoder)
             offline.append({"offline": off.text, "offline_s": time.perf_counter() - t0})
-            for delay in args.flush_delay:
-                res = stream_one(st, audio, 0.3, delay, realtime=not args.fast)
-                res.update(text=text, voice=voice, duration_s=len(audio) / 16_000)
-                rows[delay].append(res)
-                print(f"{voice:34s} +{delay * 1000:3.0f} ms  final {res['final_latency_s'] * 1000:6.1f} ms "
-                      f"(decode {res['final_decode_s'] * 1000:5.1f})  | {res['final']}", flush=True)
+            for v, st in streams.items():
+                for delay in args.flush_delay:
+                    res = stream_one(st, audio, 0.3, delay, realtime=not args.fast, log=logs[v])
+                    res.update(text=text, voice=voice, duration_s=len(audio) / 16_000)
+                    rows[v][delay].append(res)
+                    print(f"{v[:14]:14s} {voice:30s} +{delay * 1000:3.0f} ms  final {res['final_latency_s'] * 1000:6.1f} "
+                          f"ms (decode {res['final_decode_s'] * 1000:5.1f})  | {res['final']}", flush=True)
+    finally:
+        for st in streams.values():
+            st.close()
     refs = [t for t, _, _ in data]
     audio_s = sum(len(a) / 16_000 for _, a, _ in data)
+    first = args.variant[0]
     return {
         "model": args.model, "voices": args.voices, "endpoint_silence_s": args.endpoint_silence,
         "decode_workers": args.decode_workers, "final_beam_size": args.final_beam,
@@ -228,12 +286,17 @@ def run(args) -> dict:
         "audio_s": audio_s, "offline_rtf": sum(o["offline_s"] for o in offline) / audio_s,
         "wer_offline": wer(refs, [o["offline"] for o in offline]),
         "tail_lost_offline": sum(tail_lost(t, o["offline"]) for t, o in zip(refs, offline)),
-        "by_flush_delay": [summarize(rows[d], d) for d in args.flush_delay],
-        "rows": {str(d): [{**r, **o} for r, o in zip(rows[d], offline)] for d in args.flush_delay},
+        "by_flush_delay": [summarize(rows[first][d], d) for d in args.flush_delay],
+        "variants": {v: {"config": VARIANTS[v], "by_flush_delay": [summarize(rows[v][d], d) for d in args.flush_delay]}
+                     for v in configs},
+        "rows": {v: {str(d): [{**r, **o} for r, o in zip(rows[v][d], offline)] for d in args.flush_delay}
+                 for v in configs},
     }
 
 
 def table(s: dict) -> str:
+    from benchmarks.stt_timeline import timeline_table
+
     def line(k, v):
         return f"{k:28s} {v:.3f}" if isinstance(v, float) else f"{k:28s} {v}"
 
@@ -241,8 +304,12 @@ def table(s: dict) -> str:
             "restart_at_pause", "pauses", "threads", "realtime", "clips", "audio_s", "offline_rtf", "wer_offline",
             "tail_lost_offline"]
     out = [line(k, s[k]) for k in keys]
-    for d in s["by_flush_delay"]:
-        out += [""] + [line(k, v) for k, v in d.items()]
+    for v, res in s["variants"].items():
+        for d in res["by_flush_delay"]:
+            out += ["", f"== {v} {res['config']}"]
+            out += [line(k, x) for k, x in d.items() if k != "timeline"]
+            if "timeline" in d:
+                out.append(timeline_table(d["timeline"]))
     return "\n".join(out)
 
 
@@ -263,11 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pauses", action="store_true", help=f"piper: add {len(PAUSE_TEXTS)} turns with pauses between sentences")
     p.add_argument("--pause-from-stable", action="store_true", help="cut at pauses too (faster, less exact)")
     p.add_argument("--restart-at-pause", action="store_true", help="after a pause decode only the speech after it")
+    p.add_argument("--variant", nargs="+", default=["default"], choices=list(VARIANTS),
+                   help="configurations replayed side by side on the same turns (the first is the headline)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N turns (smoke runs)")
     p.add_argument("--json", help="write the summary and per-clip rows here")
     args = p.parse_args(argv)
     summary = run(args)
     print(table(summary))
     if args.json:
+        summary["machine"] = {"cpu": cpu_model(), "cores": os.cpu_count() or 0, "load_avg_after": os.getloadavg()}
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
     return 0

@@ -40,6 +40,13 @@ class TranscriberConfig:
     # windows (96 ms): at 200 ms the decode (~150-190 ms on one loaded core) was still running
     # when a flush came 250 ms after the speech, and the final waited for it.
     endpoint_silence_s: float = 0.09
+    # Start the pause decode at the first silent VAD window instead of after endpoint_silence_s;
+    # if speech comes back first it counts as an interim, not a pause. Measured (benchmarks/stt.py
+    # --variant, 21 held-out turns, real time): the decode the final comes from was planned 36-42
+    # ms after the last word instead of 91-94 ms (Silero's last speech window ends ~6 ms after
+    # it), with the same WER (4.1-5.2% vs 4.6%, one word either way); 32 instead of 96 ms of
+    # trailing silence changed no tail word (benchmarks/stt_decode.py).
+    tentative_pause: bool = True
     no_speech_threshold: float = 0.6
     # When the flush needs a decode of its own (speech went on until the flush, so no pause
     # decode covers it), decode only the audio after the stable prefix (prompted with it):

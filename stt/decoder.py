@@ -59,18 +59,36 @@ class WhisperDecoder:
         window_s = min(30.0, max(c.min_window_s, audio_s + c.window_margin_s))
         return round(window_s * _FRAMES_PER_S)
 
-    def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None) -> tuple[list[Word], float]:
-        """audio: [N] float32 16 kHz, N <= 30 s. Returns (words, seconds spent)."""
+    def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, *,
+               stages: dict[str, float] | None = None,
+               cancelled: Callable[[], bool] | None = None) -> tuple[list[Word], float]:
+        """audio: [N] float32 16 kHz, N <= 30 s. Returns (words, seconds spent).
+
+        `prompt`: text said before the audio (context). (Giving the audio's stable first words
+        as a forced decoder prefix instead was measured: CTranslate2 steps through a prefix
+        token by token, so it cost the same, x1.01; benchmarks/stt_decode.py.)
+
+        `stages`: filled with the seconds of "encode_s" and "text_s" (generate + word
+        alignment, + the repeat check's second decode when one ran). `cancelled`: asked after
+        the encoder; when it says True the decode stops there and returns no words (a
+        superseded interim gives its core back ~half-way: the encoder was ~45% of a decode)."""
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
         enc = self._encode(audio)
+        t1 = time.perf_counter()
+        if stages is not None:
+            stages["encode_s"] = t1 - t0
+        if cancelled is not None and cancelled():
+            return [], t1 - t0
         end_s = len(audio) / SAMPLE_RATE
         beam = beam_size or self.config.beam_size
         words = self._words(enc, prompt, beam, end_s)
         if prompt.strip() or beam > 1:  # the other decode drops the prompt, or else the beam
             other_beam = beam if prompt.strip() else 1
             words = drop_unheard_repeat(words, lambda: self._words(enc, "", other_beam, end_s))
+        if stages is not None:
+            stages["text_s"] = time.perf_counter() - t1
         return words, time.perf_counter() - t0
 
     def _encode(self, audio: np.ndarray) -> tuple[object, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -23,8 +23,11 @@ class StreamingTranscriber:
     """Thread-safe. One utterance (turn) at a time: flush() ends it, reset() drops it."""
 
     def __init__(self, config: TranscriberConfig | None = None, *, decoder: WhisperDecoder | None = None,
-                 prompt: str = "") -> None:
+                 prompt: str = "", on_decode: Callable[[DecodeJob], None] | None = None) -> None:
+        """`on_decode`: called on a decode thread with every finished decode (abandoned ones
+        too), its timeline filled in (benchmarks.stt --timeline); it must not block."""
         self.config = config or TranscriberConfig()
+        self._on_decode = on_decode
         self._decoder = decoder or WhisperDecoder(self.config)
         self._gate = SpeechGate(self.config.vad_threshold, self.config.vad_neg_threshold,
                                 self.config.speech_pad_s)
@@ -45,6 +48,7 @@ class StreamingTranscriber:
         self._running: list[DecodeJob] = []  # decodes in flight, abandoned ones included
         self._done: list[tuple[DecodeJob, BaseException | None]] = []
         self._live: list[DecodeJob] = []  # worker only: this utterance's decodes whose result counts
+        self._held: list[DecodeJob] = []  # worker only: finished, not yet applied (tentative ones wait)
         self._flush_waits_for: DecodeJob | None = None  # worker only: the decode the final will be
         self._final_decode_s = 0.0  # worker only: decode time of this turn's "final" decodes
         self._utt = Utterance(self.config, self._decoder, self._gate, prompt, 0)
@@ -120,7 +124,8 @@ class StreamingTranscriber:
         """Block until all queued audio is processed (for offline replay and tests)."""
         with self._cond:
             return self._cond.wait_for(lambda: self._error is not None or self._closed or (
-                not self._inbox and not self._busy and self._flush is None and not self._running), timeout)
+                not self._inbox and not self._busy and self._flush is None and not self._running
+                and not self._done), timeout)
 
     def close(self) -> None:
         with self._cond:
@@ -192,24 +197,43 @@ class StreamingTranscriber:
             self._gate.feed(samples, probs, keep=False)
         for samples, t0, wall, probs in chunks:
             self._utt.ingest(samples, t0, wall, probs)
+        self._settle_tentative(confirm=flush is not None)
         for job, error in done:
             if error is not None:
                 raise error
             if job in self._live:  # not abandoned, this utterance's
-                self._live.remove(job)
-                event = self._utt.apply(job)
-                if job.kind == "final":
-                    self._final_decode_s += job.dt  # model time the flush itself caused
-                if job is self._flush_waits_for:
-                    self._flush_waits_for = None
-                with self._cond:
-                    if event is not None and self._turn == turn:
-                        self._outbox.append(event)
+                self._held.append(job)
+        for job in [j for j in self._held if j.settled]:  # settled: pause or interim
+            self._held.remove(job)
+            if job in self._live:
+                self._apply(job, turn)
         if flush is not None:
             self._advance_flush(flush)
         elif (kind := self._utt.due()) is not None and self._decode_due():
             self._start(kind)
         return True
+
+    def _apply(self, job: DecodeJob, turn: int) -> None:
+        self._live.remove(job)
+        event = self._utt.apply(job)
+        if job.kind == "final":
+            self._final_decode_s += job.dt  # model time the flush itself caused
+        if job is self._flush_waits_for:
+            self._flush_waits_for = None
+        with self._cond:
+            if event is not None and self._turn == turn:
+                self._outbox.append(event)
+
+    def _settle_tentative(self, confirm: bool) -> None:
+        """A tentative pause decode becomes a pause decode once the pause holds (or the turn
+        ends: `confirm`), an interim once speech comes back before that."""
+        for job in self._live:
+            if job.settled:
+                continue
+            if self._utt.speech_upto > job.speech_upto:
+                job.kind, job.settled = "interim", True
+            elif confirm or self._utt.paused:
+                job.settled = True
 
     def _start(self, kind: str) -> DecodeJob:
         if kind != "interim":  # a complete decode supersedes the interims in flight
@@ -225,6 +249,8 @@ class StreamingTranscriber:
         error = None
         try:
             job.run(self._decoder)
+            if self._on_decode is not None:
+                self._on_decode(job)
         except Exception as e:  # handed to the worker, which fails the transcriber
             error = e
         with self._cond:
@@ -254,6 +280,7 @@ class StreamingTranscriber:
 
     def _new_utterance(self, turn: int) -> None:
         self._abandon(lambda j: True)
+        self._held.clear()
         self._flush_waits_for = None
         self._final_decode_s = 0.0
         self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, turn)

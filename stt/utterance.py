@@ -19,7 +19,10 @@ from stt.speech_gate import SpeechGate
 @dataclass(eq=False)
 class DecodeJob:
     """One planned decode. kind "interim": a growing buffer (LocalAgreement); "pause": speech
-    stopped, all of it becomes stable; "final": the flush's own decode."""
+    stopped, all of it becomes stable; "final": the flush's own decode. A `tentative` pause
+    decode starts at the first silent VAD window, before the pause is known to hold: it counts
+    as a pause decode once `endpoint_silence_s` of silence (or the flush) confirms it, and as an
+    interim if speech comes back first."""
 
     kind: str
     start: int  # buffer sample the decoded audio starts at
@@ -31,10 +34,21 @@ class DecodeJob:
     words: list = field(default_factory=list)  # results, set by `run`
     dt: float = 0.0
     abandoned: bool = False  # its result will be thrown away (a later decode supersedes it)
+    tentative: bool = False  # planned before the pause held
+    settled: bool = True  # a tentative decode is settled once it is known to be a pause or an interim
+    # the timeline (perf_counter wall times; stream time of the speech end it covers)
+    speech_end_s: float = 0.0
+    planned_wall: float = 0.0
+    started_wall: float = 0.0
+    ended_wall: float = 0.0
+    stages: dict = field(default_factory=dict)  # encode_s, text_s (see WhisperDecoder.decode)
 
     def run(self, decoder: WhisperDecoder) -> DecodeJob:
-        words, self.dt = decoder.decode(self.audio, self.prompt, self.beam)
+        self.started_wall = time.perf_counter()
+        words, self.dt = decoder.decode(self.audio, self.prompt, self.beam, stages=self.stages,
+                                        cancelled=lambda: self.abandoned)
         self.words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
+        self.ended_wall = time.perf_counter()
         return self
 
 
@@ -97,8 +111,10 @@ class Utterance:
 
     def due(self) -> str | None:
         """The decode due now: "pause" once speech stopped (all of it decoded at once, ready
-        for the flush), "interim" after `interval_s` more speech, else None."""
-        if self.paused and self.speech_upto > self.complete_planned:
+        for the flush; with `tentative_pause` from the first silent window on), "interim" after
+        `interval_s` more speech, else None."""
+        if self.speech_upto > self.complete_planned and (self.paused or (
+                self.config.tentative_pause and self.gate.speech_seen and not self.gate.in_speech)):
             return "pause"
         if self.speech_upto > self.decoded_upto and self.n - self.decoded_upto >= self.config.interval_s * SAMPLE_RATE:
             return "interim"
@@ -122,7 +138,9 @@ class Utterance:
         self.decoded_upto = self.n
         if kind != "interim":
             self.complete_planned = self.n
-        return DecodeJob(kind, start, self.n, self.speech_upto, audio, prompt, beam)
+        return DecodeJob(kind, start, self.n, self.speech_upto, audio, prompt, beam,
+                         tentative=kind == "pause" and not self.paused, settled=kind != "pause" or self.paused,
+                         speech_end_s=self._stream_time(self.speech_upto), planned_wall=time.perf_counter())
 
     def apply(self, job: DecodeJob, push_wall: float | None = None) -> TranscriptEvent | None:
         """Take a finished decode's words; return an interim or preflight event when the text
@@ -154,7 +172,9 @@ class Utterance:
     def step(self) -> TranscriptEvent | None:
         """Decode now if due (on this thread) and apply it: the synchronous path."""
         kind = self.due()
-        return None if kind is None else self.apply(self.plan(kind).run(self.decoder))
+        if kind is None or (kind == "pause" and not self.paused):  # no tentative decodes here
+            return None
+        return self.apply(self.plan(kind).run(self.decoder))
 
     def _trim(self) -> None:
         c = self.config

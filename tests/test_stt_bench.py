@@ -37,3 +37,25 @@ def test_summary_counts_finals_without_their_own_decode():
     assert s["final_latency_ms_p50"] == pytest.approx(50.0)
     assert s["tail_lost_stream"] == 1 and s["wer_stream"] == pytest.approx(100 / 12)
     assert s["stream_cpu_cores"] == pytest.approx(0.5)
+
+
+def test_turn_timeline_puts_the_decodes_on_the_clock_of_the_last_word():
+    from benchmarks.stt_timeline import summarize_timelines, turn_timeline
+    from stt.utterance import DecodeJob
+
+    def job(kind, planned, started, ended, abandoned=False, tentative=False):
+        return DecodeJob(kind, 0, 0, 0, np.zeros(0, np.float32), "", 5, abandoned=abandoned, tentative=tentative,
+                         speech_end_s=12.015, planned_wall=planned, started_wall=started, ended_wall=ended,
+                         stages={"encode_s": 0.1, "text_s": 0.12})
+
+    t0, speech_end = 100.0, 2.0  # wall at stream time 0; the last word ends at 2.0 s
+    interim = job("interim", 101.7, 101.7, 102.1, abandoned=True)
+    pause = job("pause", 102.04, 102.041, 102.27, tentative=True)
+    tl = turn_timeline([interim, pause], t0, speech_end, 0.25, 0.02, stream_offset_s=10.0)
+    assert tl["final_kind"] == "pause" and tl["decodes"] == 2 and tl["abandoned"] == 1 and tl["tentative"] == 1
+    assert tl["gate_speech_end_ms"] == pytest.approx(15.0)
+    assert tl["planned_ms"] == pytest.approx(40.0) and tl["queued_ms"] == pytest.approx(1.0)
+    assert tl["decode_ended_ms"] == pytest.approx(270.0) and tl["final_ms"] == pytest.approx(270.0)
+    assert tl["beside_other_decode_ms"] == pytest.approx(59.0)  # the interim ran on until 102.1
+    s = summarize_timelines([tl, {**tl, "planned_ms": 60.0}])
+    assert s["planned_ms_median"] == pytest.approx(50.0) and s["final_from_pause_share"] == 1.0

@@ -84,11 +84,11 @@ def _ramp(t0: float, t1: float) -> np.ndarray:
     return (np.arange(round(t0 * 16_000), round(t1 * 16_000), dtype=np.float32) / 16_000 / SCALE)
 
 
-def _push(st: StreamingTranscriber, t0: float, t1: float, p: float) -> None:
+def _push(st: StreamingTranscriber, t0: float, t1: float, p: float) -> list:
     """Push [t0, t1) of the ramp, every window it completes with speech probability p."""
     x = _ramp(t0, t1)
     n = (round(t1 * 16_000)) // 512 - round(t0 * 16_000) // 512
-    st.push(x, speech_probs=[p] * n)
+    return st.push(x, speech_probs=[p] * n)
 
 
 def _wait(cond, timeout: float = 10.0) -> None:
@@ -120,7 +120,8 @@ def test_flush_takes_the_pause_decode_in_flight_that_covers_the_speech():
 @pytest.mark.unit
 def test_flush_never_waits_for_a_decode_that_misses_speech():
     decoder = ScriptedWhisper(SPOKEN, delay_s=0.6, scale=SCALE)
-    with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
+    # no tentative pause decode: the flush comes before any pause decode
+    with StreamingTranscriber(TranscriberConfig(interval_s=0.5, tentative_pause=False), decoder=decoder) as st:
         _push(st, 0.0, 1.024, 1.0)  # an interim decode starts (0.5 s of speech)
         _wait(lambda: decoder.started == 1)
         _push(st, 1.024, 2.048, 1.0)  # more speech while it runs: it no longer covers it
@@ -135,6 +136,63 @@ def test_flush_never_waits_for_a_decode_that_misses_speech():
     assert starts[1] < interim_end  # the final's decode started while the interim still ran
     assert t_flush < interim_end
     assert final.decode_s > 0.0
+
+
+@pytest.mark.unit
+def test_flush_takes_a_tentative_pause_decode_started_at_the_first_silent_window():
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.3, scale=SCALE)
+    cfg = TranscriberConfig(interval_s=10.0, tentative_pause=True)
+    with StreamingTranscriber(cfg, decoder=decoder) as st:
+        _push(st, 0.0, 2.048, 1.0)
+        _push(st, 2.048, 2.048 + 0.032, 0.0)  # one silent window: the pause is not known to hold yet
+        _wait(lambda: decoder.started == 1)
+        t_flush = time.perf_counter()
+        final = st.flush(timeout=10)
+    assert final.text == "Do you have any tips for a beginner?"
+    assert len(decoder.log) == 1 and decoder.log[0][0] < t_flush  # no second decode
+    assert final.decode_s == 0.0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("finished_first", [False, True])
+def test_a_tentative_pause_decode_is_an_interim_when_speech_comes_back(finished_first):
+    # a one-window dip inside "tablespoons": the decode started there hears "tables." and must
+    # not make it stable (a pause decode would); the speech after the dip completes the word
+    spoken = _timed("I need three tablespoons of sugar for the cake.", 0.0, 0.3)
+    dip = 1.024  # inside "tablespoons" (0.9-1.2 s)
+    decoder = ScriptedWhisper(spoken, partial={"tablespoons": "tables."}, delay_s=0.05 if finished_first else 0.3,
+                              scale=SCALE)
+    cfg = TranscriberConfig(interval_s=10.0, tentative_pause=True)
+    with StreamingTranscriber(cfg, decoder=decoder) as st:
+        events = _push(st, 0.0, dip, 1.0) + _push(st, dip, dip + 0.032, 0.0)
+        _wait(lambda: decoder.started == 1)
+        if finished_first:  # the decode ends before the pause could hold: its result waits
+            _wait(lambda: len(decoder.log) == 1)
+            time.sleep(0.05)
+        events += _push(st, dip + 0.032, 2.432, 1.0)  # speech again
+        _wait(lambda: len(decoder.log) == 1)
+        assert st.wait_idle(10)
+        events += st.poll()
+        assert any("tables." in e.text for e in events)  # applied, as an interim
+        events += _push(st, 2.432, 2.432 + 0.128, 0.0)  # the real end
+        assert st.wait_idle(10)
+        events += st.poll()
+        final = st.flush(timeout=10)
+    assert decoder.cuts >= 1  # the dip's decode heard the cut word
+    assert all("tables." not in e.stable_text for e in events), [e.stable_text for e in events]
+    assert events[-1].kind == "preflight", [(e.kind, e.text, e.stable_text) for e in events]
+    assert final.text == "I need three tablespoons of sugar for the cake."
+
+
+@pytest.mark.unit
+def test_an_abandoned_decode_stops_after_the_encoder():
+    decoder = ScriptedWhisper(SPOKEN, scale=SCALE)
+    stages: dict = {}
+    words, _ = decoder.decode(_ramp(0.0, 2.0), stages=stages, cancelled=lambda: True)
+    assert words == [] and decoder.calls == 0  # no generate, no alignment
+    assert "encode_s" in stages and "text_s" not in stages
+    words, _ = decoder.decode(_ramp(0.0, 2.0), stages=stages, cancelled=lambda: False)
+    assert len(words) == 8 and "text_s" in stages
 
 
 # -- the real model: the final is the offline transcript whenever the flush comes -------------

@@ -143,12 +143,12 @@ class ScriptedWhisper(WhisperDecoder):
         self.log: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
-    def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None):
+    def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, **kw):
         t0 = time.perf_counter()
         with self._lock:
             self.started += 1
         time.sleep(self.delay_s)
-        out = super().decode(audio, prompt, beam_size)
+        out = super().decode(audio, prompt, beam_size, **kw)
         with self._lock:
             self.log.append((t0, time.perf_counter()))
         return out
@@ -183,6 +183,7 @@ class OpenGate:
 
     pending_samples = 0
     kept_speech_upto = -1
+    speech_seen = True
 
     def new_turn(self) -> None:
         self.in_speech, self.silence_s = True, 0.0

@@ -83,14 +83,24 @@ def detector():
     return EndOfTurnDetector.load()
 
 
+# The shipped policy's cut-offs among these clips: festival's and flite's only cut of 48 paused
+# clips each (2.1%), both in the same sentence: "when you get a moment" comes back ~0.1 s into a
+# 1.3 s pause, scores as a whole turn, and the bar falls to 0.1 before the pause ends. Kept so the
+# miss stays visible; strict: a fix makes these fail until they are removed from this set.
+KNOWN_CUTS = {"festival-festival-cmu_us_slt_arctic_hts-1-s02-paused", "flite-flite-awb-1-s02-paused"}
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("meta_path", _committed_clips(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("meta_path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="known cut-off"))
+                                       if p.stem in KNOWN_CUTS else p for p in _committed_clips()],
+                         ids=lambda p: p.stem)
 def test_detector_waits_out_the_pause_and_ends_the_turn_for_each_family(detector, meta_path):
-    """One paused clip per family (a mid-sentence pause, then the rest of the sentence) with the
-    real STT's interim texts at their recorded arrival times, as `parley bench turn --stt`."""
+    """One complete and one paused clip per family (a mid-sentence pause, then the rest of the
+    sentence) with the real STT's interim texts at their recorded arrival times, as `parley bench
+    turn --stt`: no decision before the turn's end, one within max_wait after it."""
     meta = json.loads(meta_path.read_text())
     audio, sr = read_wav(meta_path.with_suffix(".wav"))
-    assert sr == 16000 and meta["kind"] == "paused"
+    assert sr == 16000 and meta["kind"] in ("complete", "paused")
     audio = np.concatenate([audio, np.zeros(int(2.5 * sr), dtype=np.float32)])  # committed: turn end + 1.5 s
     clip = Clip(meta_path.stem, audio, meta["turn_end"], meta["kind"], meta["family"], meta["text"])
     (when,), _ = run_ours([clip], detector, [[tuple(x) for x in meta["stt_timeline"]]])
@@ -101,8 +111,9 @@ def test_detector_waits_out_the_pause_and_ends_the_turn_for_each_family(detector
 
 @pytest.mark.unit
 def test_one_committed_clip_per_family():
-    families = {json.loads(p.read_text())["family"] for p in _committed_clips()}
-    assert families == set(FAMILY_NAMES)
+    metas = [json.loads(p.read_text()) for p in _committed_clips()]
+    for kind in ("complete", "paused"):
+        assert {m["family"] for m in metas if m["kind"] == kind} == set(FAMILY_NAMES)
 
 
 @pytest.mark.integration

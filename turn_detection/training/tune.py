@@ -89,21 +89,23 @@ class FeatureTrace:
         return Trace(self.time_s, self.silence_s, prob, self.turn_end)
 
 
+def feature_trace(vad, audio: np.ndarray, turn_end: float) -> FeatureTrace:
+    """One clip streamed with no classifier (a model choice replays its pauses' features)."""
+    base = EndOfTurnDetector(vad, None, replace(BASE, eval_silence_s=0.0, min_wait_s=60.0, max_wait_s=60.0))
+    stream = base.stream()
+    t, sil, idx = [], [], []
+    for i in range(0, len(audio) - WINDOW + 1, WINDOW):
+        stream.push(audio[i : i + WINDOW])
+        t.append((i + WINDOW) / ENGINE_RATE)
+        sil.append(math.nan if stream.silence_s is None else stream.silence_s)
+        idx.append(len(stream.evaluations) - 1 if stream.probability is not None else -1)
+    feats = np.array([e.features for e in stream.evaluations]).reshape(len(stream.evaluations), -1)
+    return FeatureTrace(np.array(t), np.array(sil), np.array(idx), feats, turn_end)
+
+
 def feature_traces(vad, seed: int, split_name: str = "validation") -> list[FeatureTrace]:
     """The split's benchmark clips streamed once with no classifier (model choice replays them)."""
-    base = EndOfTurnDetector(vad, None, replace(BASE, eval_silence_s=0.0, min_wait_s=60.0, max_wait_s=60.0))
-    out = []
-    for _, audio, meta in clips(split_name, np.random.default_rng(seed)):
-        stream = base.stream()
-        t, sil, idx = [], [], []
-        for i in range(0, len(audio) - WINDOW + 1, WINDOW):
-            stream.push(audio[i : i + WINDOW])
-            t.append((i + WINDOW) / ENGINE_RATE)
-            sil.append(math.nan if stream.silence_s is None else stream.silence_s)
-            idx.append(len(stream.evaluations) - 1 if stream.probability is not None else -1)
-        feats = np.array([e.features for e in stream.evaluations]).reshape(len(stream.evaluations), -1)
-        out.append(FeatureTrace(np.array(t), np.array(sil), np.array(idx), feats, meta["turn_end"]))
-    return out
+    return [feature_trace(vad, audio, meta["turn_end"]) for _, audio, meta in clips(split_name, np.random.default_rng(seed))]
 
 
 FEATURE_CODE = ("prosody.py",)  # what the features of a pause depend on
