@@ -209,8 +209,16 @@ class StreamingTranscriber:
                 self._apply(job, turn)
         if flush is not None:
             self._advance_flush(flush)
-        elif (kind := self._utt.due()) is not None and self._decode_due():
-            self._start(kind)
+        elif (kind := self._utt.due()) is not None:
+            if self._decode_due():
+                self._start(kind)
+            elif kind == "pause":
+                # no free replica: the interims on them (a tentative decode that speech made an
+                # interim among them) are given up now, so they stop after their encoder and the
+                # pause decode starts then. Waiting for them to end made a flush 250 ms after
+                # "... corner shop." ("shop" = silent closure, burst) find no decode covering the
+                # speech and decode anew: 1233 ms after the flush on the shared machine
+                self._abandon(lambda j: j.kind == "interim")
         return True
 
     def _apply(self, job: DecodeJob, turn: int) -> None:
