@@ -25,7 +25,7 @@ class StreamingTranscriber:
     def __init__(self, config: TranscriberConfig | None = None, *, decoder: WhisperDecoder | None = None,
                  prompt: str = "", on_decode: Callable[[DecodeJob], None] | None = None) -> None:
         """`on_decode`: called on a decode thread with every finished decode (abandoned ones
-        too), its timeline filled in (benchmarks.stt --timeline); it must not block."""
+        too), its timeline filled in (the per-turn timeline of benchmarks/stt.py); it must not block."""
         self.config = config or TranscriberConfig()
         self._on_decode = on_decode
         self._decoder = decoder or WhisperDecoder(self.config)
