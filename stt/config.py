@@ -12,21 +12,30 @@ class TranscriberConfig:
     model: str = "whisper-tiny.en"  # a parley.assets key
     device: str = "auto"  # "auto" (CUDA when present), "cpu" or "cuda"
     compute_type: str = "auto"  # "auto": int8 on the CPU, float16 on CUDA
-    cpu_threads: int = 1  # 2 shared cores: one thread per stage (see ASSETS thread budgets)
+    # 2 shared cores: one thread per stage (see ASSETS thread budgets). 2 threads made the pause
+    # decode slower beside other jobs (x1.05 at load ~8, x1.6 beside one busy core), so the
+    # session's budget stays explicit here, per replica.
+    cpu_threads: int = 1
     # Model replicas decoding at once: a flush that comes while an interim decode runs starts
     # its own decode on the second one at once instead of waiting (the interim is abandoned).
     decode_workers: int = 2
     # Beam 5 (faster-whisper's default) cost only ~10-20% more than greedy per short-window
     # decode here, and greedy interims committed "life" for "lights" on espeak speech.
     beam_size: int = 5  # interim decodes
-    final_beam_size: int = 5  # the decodes whose text is final (at a pause, at flush)
+    # The decodes whose text is final (at a pause, at flush). Beam 2 or greedy took x0.89 the
+    # time of beam 5 (benchmarks/stt_decode.py, 21 held-out turns); beam 2 in streaming: p90
+    # 79 vs 137 ms after a +250 ms flush, p50 the same, but a word more wrong in both of two
+    # runs (WER 4.6% vs 4.1%, 5.7% vs 4.6%), so beam 5.
+    final_beam_size: int = 5
     commit_guard_s: float = 0.3  # words ending this close to the buffer's end are never stable
     language: str = "en"
     # Re-decode the utterance after this much new speech. 0.5 s on tiny.en costs ~65 ms of one
     # core per decode (10 s window), so ~15% CPU while the user speaks.
     interval_s: float = 0.5
     # Minimum encoder window. Padding only to max(10 s, audio + 1 s) instead of Whisper's 30 s
-    # was 6.5x cheaper with no WER loss (42 turns, tiny.en); shorter windows lost accuracy.
+    # was 6.5x cheaper with no WER loss (42 turns, tiny.en); shorter windows lost accuracy: 6 s
+    # for the pause decodes x0.81 the time, but streaming WER 7.2% vs 4.6%; 8 s for all 10.3%
+    # (loops: "boil an egg an egg"). Padding the audio instead of the features was far worse.
     min_window_s: float = 10.0
     window_margin_s: float = 1.0
     max_window_s: float = 28.0  # past this the buffer is cut even if nothing is stable

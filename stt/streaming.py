@@ -25,7 +25,7 @@ class StreamingTranscriber:
     def __init__(self, config: TranscriberConfig | None = None, *, decoder: WhisperDecoder | None = None,
                  prompt: str = "", on_decode: Callable[[DecodeJob], None] | None = None) -> None:
         """`on_decode`: called on a decode thread with every finished decode (abandoned ones
-        too), its timeline filled in (benchmarks.stt --timeline); it must not block."""
+        too), its timeline filled in (the per-turn timeline of benchmarks/stt.py); it must not block."""
         self.config = config or TranscriberConfig()
         self._on_decode = on_decode
         self._decoder = decoder or WhisperDecoder(self.config)
@@ -209,8 +209,16 @@ class StreamingTranscriber:
                 self._apply(job, turn)
         if flush is not None:
             self._advance_flush(flush)
-        elif (kind := self._utt.due()) is not None and self._decode_due():
-            self._start(kind)
+        elif (kind := self._utt.due()) is not None:
+            if self._decode_due():
+                self._start(kind)
+            elif kind == "pause":
+                # no free replica: the interims on them (a tentative decode that speech made an
+                # interim among them) are given up now, so they stop after their encoder and the
+                # pause decode starts then. Waiting for them to end made a flush 250 ms after
+                # "... corner shop." ("shop" = silent closure, burst) find no decode covering the
+                # speech and decode anew: 1233 ms after the flush on the shared machine
+                self._abandon(lambda j: j.kind == "interim")
         return True
 
     def _apply(self, job: DecodeJob, turn: int) -> None:

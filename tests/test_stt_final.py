@@ -185,6 +185,27 @@ def test_a_tentative_pause_decode_is_an_interim_when_speech_comes_back(finished_
 
 
 @pytest.mark.unit
+def test_a_pause_with_both_replicas_busy_gives_up_their_interims_at_once():
+    # an interim runs (slowly); a one-window dip starts a tentative pause decode on the other
+    # replica; speech comes back (it is an interim now); the turn ends while both still run
+    decoder = ScriptedWhisper(SPOKEN, delay_s=[1.0, 0.4, 0.1], scale=SCALE)
+    with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
+        _push(st, 0.0, 1.024, 1.0)
+        _wait(lambda: decoder.started == 1)
+        _push(st, 1.024, 1.056, 0.0)
+        _wait(lambda: decoder.started == 2)
+        _push(st, 1.056, 2.048, 1.0)
+        _push(st, 2.048, 2.048 + 0.064, 0.0)
+        _wait(lambda: decoder.started == 3)  # the pause decode, once a replica is free
+        final = st.flush(timeout=10)
+        assert st.wait_idle(10)
+    assert final.text == "Do you have any tips for a beginner?" and final.decode_s == 0.0
+    # only the pause decode got past its encoder: the second one, done first, was given up
+    # when the turn ended, not applied (which would have left the pause decode waiting for it)
+    assert decoder.calls == 1
+
+
+@pytest.mark.unit
 def test_an_abandoned_decode_stops_after_the_encoder():
     decoder = ScriptedWhisper(SPOKEN, scale=SCALE)
     stages: dict = {}

@@ -133,7 +133,7 @@ class ScriptedWhisper(WhisperDecoder):
     wall times of each decode, for the flush tests (decodes may run on two threads)."""
 
     def __init__(self, spoken: list[tuple[str, float, float]], loop: bool = False, unstable: bool = False,
-                 partial: dict[str, str] | None = None, delay_s: float = 0.0, scale: float = 1.0) -> None:
+                 partial: dict[str, str] | None = None, delay_s: float | list[float] = 0.0, scale: float = 1.0) -> None:
         self.config = TranscriberConfig()
         self.spoken, self.loop, self.unstable = spoken, loop, unstable
         self.partial, self.delay_s, self.scale = partial or {}, delay_s, scale
@@ -147,7 +147,9 @@ class ScriptedWhisper(WhisperDecoder):
         t0 = time.perf_counter()
         with self._lock:
             self.started += 1
-        time.sleep(self.delay_s)
+            k = self.started - 1
+        # a list: the k-th decode's delay (the last one for the rest)
+        time.sleep(self.delay_s[min(k, len(self.delay_s) - 1)] if isinstance(self.delay_s, list) else self.delay_s)
         out = super().decode(audio, prompt, beam_size, **kw)
         with self._lock:
             self.log.append((t0, time.perf_counter()))
