@@ -34,6 +34,10 @@ class SessionConfig:
     weight_format: str | None = None  # engine: None = the engine's measured voice default
     speculative: str = "auto"
     max_tokens: int = 60  # a spoken reply is short; the history stays small
+    # The history a request may carry (tokens, reply included). A 200-turn soak reached the
+    # engine's 8192-token window; each trim there re-prefilled ~6000 tokens, past the LLM
+    # deadline on the loaded 2 cores, and every later turn timed out (benchmarks/soak.py).
+    context_tokens: int = 2048
     temperature: float = 0.0  # greedy: deterministic, and speculation verifies it exactly
     repetition_penalty: float = 1.1
     stt: str = "whisper-tiny.en"
@@ -78,6 +82,8 @@ class SessionConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.weight_format not in (None, "fp32", "bf16", "int8"):
             raise ValueError(f"weight_format must be fp32, bf16 or int8, got {self.weight_format!r}")
+        if not 2 * self.max_tokens <= self.context_tokens <= 1_000_000:
+            raise ValueError("context_tokens must be at least twice max_tokens (and <= 1e6)")
         if not 1 <= self.max_tokens <= 4096 or not 0 <= self.temperature <= 2 or self.repetition_penalty <= 0:
             raise ValueError("need 1 <= max_tokens <= 4096, 0 <= temperature <= 2, repetition_penalty > 0")
         if self.output_rate not in (8_000, 16_000, 22_050, 24_000, 44_100, 48_000):

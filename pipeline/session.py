@@ -48,7 +48,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     budget = budget or LatencyBudget(config.budget)
     llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
                                              marks=lambda name: budget.mark(name), policy=config.response,
-                                             time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s)
+                                             time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s,
+                                             context_tokens=config.context_tokens)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
                            time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name),
                            deadline_s=config.tts_deadline_s)
@@ -60,7 +61,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     agent = Agent(instructions=config.instructions)
     ahead = None
     if config.prefill_ahead and components.engine is not None and components.llm is None:
-        ahead = PrefillAhead(components.engine, lambda: _history(agent, config))
+        ahead = PrefillAhead(components.engine, lambda: _history(agent, config), reserve=config.max_tokens,
+                             context_tokens=config.context_tokens)
 
     def on_event(ev: HearingEvent) -> None:
         if ahead is not None and ev.kind in ("interim", "preflight"):

@@ -117,6 +117,9 @@ def test_history_is_trimmed_to_the_context_window_keeping_the_system_prompt():
     later = fit_context(engine, [*msgs, *turns[:2]], reserve=60)
     assert later == [*msgs, *turns[:2]]
     assert fit_context(engine, msgs[:3], reserve=60) == msgs[:3]  # short: untouched
+    # a history budget below the engine's window trims harder, the same way
+    capped = fit_context(engine, [system, *turns], reserve=60, max_tokens=160)
+    assert capped[0] == system and len(engine.encode_chat(capped)) + 60 < 160 * 0.75 and len(capped) < len(msgs)
 
 
 async def test_prefill_ahead_caches_the_words_so_far_for_the_real_request():

@@ -200,6 +200,8 @@ def test_config_from_toml_and_flags(tmp_path):
         SessionConfig.from_toml(path)
     with pytest.raises(ValueError, match="base_url"):
         SessionConfig(llm="openai")
+    with pytest.raises(ValueError, match="context_tokens"):
+        SessionConfig(llm="fake", max_tokens=100, context_tokens=150)
 
 
 async def test_the_session_talks_to_parley_serve_through_llm_openai(monkeypatch):

@@ -42,17 +42,19 @@ def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
 
 
 def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
-                headroom: float = 0.25) -> list[dict[str, str]]:
+                headroom: float = 0.25, max_tokens: int | None = None) -> list[dict[str, str]]:
     """Drop the oldest non-system messages until the prompt plus `reserve` generated tokens
     fits the engine's context window. The system prompt and the newest message always stay.
 
     Once it has to drop, it drops until a `headroom` share of the window is free too: the kept
     history then starts at the same message for the next several turns, so the engine's prefix
     cache still holds it (trimming one message a turn would move the start every turn and
-    re-prefill the whole window each time). Binary search: O(log n) tokenizations, not O(n)."""
+    re-prefill the whole window each time). Binary search: O(log n) tokenizations, not O(n).
+    `max_tokens` caps the window below the engine's own (a voice session's history budget)."""
     limit = getattr(engine, "token_limit", None)
     if limit is None or not hasattr(engine, "encode_chat"):
         return messages
+    limit = limit if max_tokens is None else min(limit, max_tokens)
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom must be in [0, 1), got {headroom}")
     if len(engine.encode_chat(messages)) + reserve < limit:
@@ -83,8 +85,10 @@ class ParleyLLM(llm.LLM):
 
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
                  marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
-                 time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None) -> None:
+                 time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None,
+                 context_tokens: int | None = None) -> None:
         super().__init__()
+        self.context_tokens = context_tokens  # the history budget (None: the engine's window)
         if deadline_s is not None and deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
         self.deadline_s = deadline_s  # the longest wait for the next token (None: no deadline)
@@ -118,7 +122,7 @@ class ParleyLLMStream(llm.LLMStream):
         engine = plugin.engine
         # off the loop: fitting a long history re-tokenizes it (milliseconds per pass)
         messages = await asyncio.to_thread(fit_context, engine, chat_messages(self._chat_ctx),
-                                           plugin.params.max_tokens)
+                                           plugin.params.max_tokens, max_tokens=plugin.context_tokens)
         plugin.last_messages = messages
         request_id = f"voice-{uuid.uuid4().hex[:12]}"
         plugin._marks("llm_request")
@@ -180,11 +184,15 @@ async def _next(step: asyncio.Future, deadline_s: float | None) -> Any:
 class PrefillAhead:
     """While the user speaks, prefill the conversation with their words so far (the engine's
     `prefill`), so the real request prefills only what changed. At most one in flight, at
-    most one per `min_interval_s` of speech, and only for engines that have `prefill`."""
+    most one per `min_interval_s` of speech, and only for engines that have `prefill`. The
+    history is trimmed as the real request will trim it (`reserve`, `context_tokens`: the
+    reply's tokens and the history budget), or the prefilled prefix would not be the one asked."""
 
     def __init__(self, engine: Any, history: Callable[[], list[dict[str, str]]], *,
-                 min_interval_s: float = 0.6, min_words: int = 4) -> None:
+                 min_interval_s: float = 0.6, min_words: int = 4, reserve: int = 0,
+                 context_tokens: int | None = None) -> None:
         self.engine, self._history = engine, history
+        self.reserve, self.context_tokens = reserve, context_tokens
         self.min_interval_s, self.min_words = min_interval_s, min_words
         self._last = -1e9
         self._rid: str | None = None
@@ -199,7 +207,7 @@ class PrefillAhead:
             self.engine.abort(self._rid)  # its full blocks are cached already: nothing is lost
         messages = [*self._history(), {"role": "user", "content": text}]
         try:
-            self._rid = prefill(fit_context(self.engine, messages, 0))
+            self._rid = prefill(fit_context(self.engine, messages, self.reserve, max_tokens=self.context_tokens))
             self.sent += 1
         except ValueError as e:  # too long for the cache right now: the real request will say so
             log.debug("prefill ahead skipped: %s", e)
