@@ -122,14 +122,22 @@ class WhisperDecoder:
         return words
 
 
+_UNHEARD_S = 0.01  # word times are 20 ms alignment steps: under one step is none
+
+
 def drop_unheard_repeat(words: list[Word], other_decode: Callable[[], list[Word]]) -> list[Word]:
     """Whisper can loop on a short buffer: 1.3 s of "including tax" after a pause, prompted
     with "The total comes to $5.20.", gave "Including tax. Including tax." (the copy aligned
     to 0 s), unprompted "including tax."; at a slower speed the unprompted beam search looped
     too and greedy search did not. So a phrase said back to back at the end stays only as
     often as `other_decode` (the same audio decoded without the prompt, or greedily; called
-    only then) says it too: a loop rarely survives both, a real "no, no" is in the audio."""
+    only then) says it too: a loop rarely survives both, a real "no, no" is in the audio.
+    A copy aligned to no audio at all (every word of it 0 s long: "No, no." cut at the pause
+    gave "No... No... No...", the third at 1.00-1.00 s, and the other decode looped too) is
+    dropped without asking."""
     n, copies = _trailing_repeat(words)
+    while copies > 1 and all(w.end - w.start < _UNHEARD_S for w in words[-n:]):
+        words, copies = words[:-n], copies - 1
     if copies < 2:
         return words
     keep = max(1, _copies(other_decode(), words[-n:]))

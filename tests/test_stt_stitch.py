@@ -106,6 +106,12 @@ def test_a_repeat_the_other_decode_does_not_hear_is_dropped():
     assert join_words(drop_unheard_repeat(three, lambda: plain)) == "Including tax."
 
 
+def test_a_copy_aligned_to_no_audio_is_dropped_even_when_the_other_decode_loops_too():
+    looped = W((" No...", 0.0, 0.78), (" No...", 0.78, 1.0), (" No...", 1.0, 1.0))
+    assert join_words(drop_unheard_repeat(looped, lambda: looped)) == "No... No..."
+    assert drop_unheard_repeat(looped[:2], lambda: looped[:2]) == looped[:2]  # both copies heard
+
+
 def test_a_repeat_in_the_audio_is_kept():
     no_no = W((" No,", 0.0, 0.4), (" no.", 0.5, 0.9))
     assert drop_unheard_repeat(no_no, lambda: W((" no,", 0.0, 0.4), (" no.", 0.5, 0.9))) == no_no

@@ -119,10 +119,6 @@ def _check_each_word_once(text: str, final, clip_s: float) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, open in issue 27: on a fast replay the streaming final of 'No, no. I said Tuesday, "
-    "not Thursday.' can read 'No... No... No...' (offline: 'No, no, I said ...'); it depends on which "
-    "interim decodes the machine's speed lets run, and failed on 11d1f6b too on 2026-12-04"))
 def test_no_word_repeated_or_dropped_where_speech_pauses(transcriber):
     for i, text in enumerate(PAUSE_TEXTS):
         audio = with_silence(piper_speech(text), 0.3, 0.8)
