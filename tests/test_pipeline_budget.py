@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -108,18 +109,30 @@ def test_history_is_trimmed_to_the_context_window_keeping_the_system_prompt():
     assert msgs[0] == system and msgs[-1] == turns[-1]
     assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit
     assert len(msgs) < 31 and msgs[1:] == turns[-(len(msgs) - 1):]  # the oldest went first
-    # it trimmed with headroom: a quarter of the window is free, and dropping one message
-    # fewer would not have left it
-    assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit * 0.75
-    kept = len(msgs) - 1
-    assert len(engine.encode_chat([system, *turns[-(kept + 1):]])) + 60 >= engine.token_limit * 0.75
-    # ...so the next two turns keep the same start: the prefix cache still holds it
-    later = fit_context(engine, [*msgs, *turns[:2]], reserve=60)
-    assert later == [*msgs, *turns[:2]]
     assert fit_context(engine, msgs[:3], reserve=60) == msgs[:3]  # short: untouched
     # a history budget below the engine's window trims harder, the same way
     capped = fit_context(engine, [system, *turns], reserve=60, max_tokens=160)
-    assert capped[0] == system and len(engine.encode_chat(capped)) + 60 < 160 * 0.75 and len(capped) < len(msgs)
+    assert capped[0] == system and len(engine.encode_chat(capped)) + 60 < 160 and len(capped) < len(msgs)
+
+
+def test_a_growing_history_keeps_its_start_for_several_turns():
+    # as a session calls it: the whole history, one user + assistant pair longer each turn
+    engine = LLMEngine.from_pretrained(max_model_len=512)
+    system = {"role": "system", "content": "You are a helpful voice assistant."}
+    history, starts = [system], []
+    for i in range(60):
+        history.append({"role": "user", "content": f"question {i}: what is the weather like today?"})
+        msgs = fit_context(engine, history, reserve=60)
+        assert msgs[0] == system and msgs[-1] == history[-1]
+        assert len(engine.encode_chat(msgs)) + 60 < engine.token_limit
+        assert msgs[1:] == history[len(history) - len(msgs) + 1:]  # a suffix: the oldest go first
+        starts.append(len(history) - len(msgs))
+        history.append({"role": "assistant", "content": f"answer {i}: " + "sunny and mild, " * 4})
+    assert starts[-1] > 0, "60 turns overflow a 512-token window"
+    moves = sum(b != a for a, b in itertools.pairwise(starts))
+    # a start that moved every turn re-prefilled the whole window every turn; a quarter of the
+    # window (~128 tokens, ~2.5 turns here) per move: it may move at most every other turn
+    assert moves <= (len(starts) - starts.index(next(s for s in starts if s))) / 2, starts
 
 
 async def test_prefill_ahead_caches_the_words_so_far_for_the_real_request():
