@@ -150,6 +150,7 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
             "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
             "errors": sum(p["errors"] for p in per), "rss_slope_mb_per_100_turns": slope_per_100(series["rss_mb"]),
             "rss_mb_end": samples[-1]["rss_mb"] if samples else None,
+            "rss_mb_series": [round(s["rss_mb"], 1) for s in samples],  # after each turn, in finishing order
             "slopes_per_100_turns": {k: slope_per_100(v) for k, v in series.items() if k != "rss_mb"},
             "during": {k: [min(v), max(v)] for k, v in series.items() if v and None not in v},
             "free_blocks": [blocks0, getattr(engine, "num_free_blocks", None)],
