@@ -54,9 +54,10 @@ def _streamed_audio(synth, text: str) -> np.ndarray:  # [N] float32 at 16 kHz
     return int16_to_float(np.concatenate([f.pcm for f in frames]))
 
 
-def _wer(synth) -> tuple[float, list[tuple[str, str]]]:
+def _wer(synth, draws: int = 1) -> tuple[float, list[tuple[str, str]]]:
+    """WER pooled over `draws` renderings of the set (Piper samples noise each time)."""
     refs, hyps = [], []
-    for sentence in SENTENCES:
+    for sentence in SENTENCES * draws:
         hyp = _transcribe(_streamed_audio(synth, sentence))
         refs.append(_spoken_words(sentence))
         hyps.append(_spoken_words(hyp, sentence))
@@ -66,7 +67,10 @@ def _wer(synth) -> tuple[float, list[tuple[str, str]]]:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_piper_streamed_speech_is_intelligible():
-    wer, pairs = _wer(PiperSynthesizer.default(threads=1))
+    # Piper's noise is unseeded: one rendering of the 8 sentences measured 3.3-7.6% in five
+    # quiet runs and 10.9% once in CI (2026-12-04); three renderings pooled keep the 10% bar
+    # without the luck of one draw
+    wer, pairs = _wer(PiperSynthesizer.default(threads=1), draws=3)
     assert wer <= 0.10, pairs
 
 
