@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("first_audio", "first_chunk", "tts_first_audio"),
     ("playout", "tts_first_audio", "output_first_frame"),
 )
+REPORTS_KEPT = 64  # the newest turn reports a session keeps (LatencyBudget.reports)
 MARKS = ("speech_start", "speech_end", "end_of_turn", "final_transcript", "llm_request", "llm_first_token",
          "acknowledgement", "first_chunk", "tts_first_audio", "output_first_frame")
 # A generation restarted for the same turn (a stale preemptive reply) overwrites these.
@@ -161,7 +163,9 @@ class LatencyBudget:
         self.config = config or BudgetConfig()
         self.clock = clock
         self.turn: TurnBudget | None = None
-        self.reports: list[dict[str, Any]] = []
+        # the newest reports only: subscribers get each one as it closes, and a session of
+        # thousands of turns must not keep them all
+        self.reports: deque[dict[str, Any]] = deque(maxlen=REPORTS_KEPT)
         self._subscribers: list[Callable[[dict[str, Any]], None]] = []
         self._turns = 0
         self._metrics = _Metrics(registry) if registry is not None else None

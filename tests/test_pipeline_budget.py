@@ -91,6 +91,21 @@ def test_marks_outside_a_user_turn_are_ignored_and_an_unanswered_turn_is_still_r
     assert budget.reports[0]["perceived_ms"] is None and budget.turn.turn == 1
 
 
+def test_a_long_session_keeps_only_the_newest_reports_and_still_sends_every_one():
+    from pipeline.budget import REPORTS_KEPT
+
+    clock = Clock()
+    budget = LatencyBudget(clock=clock)
+    seen: list[dict] = []
+    budget.subscribe(seen.append)
+    for _ in range(REPORTS_KEPT + 10):
+        run_turn(budget, clock, [("speech_end", 1.0), ("end_of_turn", 0.2), ("final_transcript", 0.01),
+                                 ("llm_request", 0.0), ("llm_first_token", 0.05), ("first_chunk", 0.02),
+                                 ("tts_first_audio", 0.05), ("output_first_frame", 0.01)])
+    assert len(seen) == REPORTS_KEPT + 10 and len(budget.reports) == REPORTS_KEPT
+    assert budget.reports[-1] is seen[-1] and budget.reports[0] is seen[10]
+
+
 def test_policy_turns_time_left_into_first_chunk_words_and_ack_wait():
     p = ResponsePolicy()
     assert p.first_words(None) == 2 and p.first_words(-0.5) == 1 and p.first_words(2.0) == 6
