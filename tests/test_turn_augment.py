@@ -61,9 +61,12 @@ def test_reverb_leaves_a_tail_after_the_speech_and_level_scales():
 def test_speed_perturbation_changes_duration_within_its_range():
     x = _tone_clip()
     cfg = AugmentConfig(p_speed=1.0, speed=(0.9, 1.1))
-    for seed in range(5):
-        y = perturb_speed(x, np.random.default_rng(seed), cfg)
-        assert 1 / 1.1 - 0.01 <= len(y) / len(x) <= 1 / 0.9 + 0.01
+    slow, fast = cfg.speed
+    ratios = [len(perturb_speed(x, np.random.default_rng(seed), cfg)) / len(x) for seed in range(5)]
+    # faster speech is shorter: the duration ratio lies within [1 / fast, 1 / slow]
+    assert all(1 / fast - 0.01 <= r <= 1 / slow + 0.01 for r in ratios), ratios
+    assert len({round(r, 3) for r in ratios}) >= 3, ratios  # the speed is drawn, not fixed
+    assert any(abs(r - 1) > 0.01 for r in ratios), ratios  # and it does change the duration
     assert perturb_speed(x, np.random.default_rng(0), AugmentConfig(p_speed=0.0)) is x
 
 
