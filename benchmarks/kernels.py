@@ -195,13 +195,13 @@ def main(argv: list[str] | None = None) -> int:
         bench_attention(b)
     result["kernels"] = b.rows
     if (args.engine or args.engine_only) and device == "cuda":
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from kernels_engine import bench_engine_decode
+        from benchmarks.kernels_engine import bench_engine_decode  # ROOT is on sys.path
 
         result["engine"] = bench_engine_decode()
     if not args.cpu_smoke:
         args.out.mkdir(parents=True, exist_ok=True)
-        name = f"kernels-{result['date'][:10]}-{result['gpu'].replace(' ', '_')}.json"
+        kind = "kernels-engine" if args.engine_only else "kernels"
+        name = f"{kind}-{result['date'][:10]}-{result['gpu'].replace(' ', '_')}.json"
         (args.out / name).write_text(json.dumps(result, indent=1))
         print(f"wrote {args.out / name}")
     return 0

@@ -1,18 +1,24 @@
-"""Batch-1 decode tokens/s of the engine on a random-weight Llama-3-8B-shaped model (CUDA),
-against the bandwidth roofline: (weight bytes + KV bytes read per token) / peak bandwidth.
+"""Batch-1 decode tokens/s of the engine on random-weight models (CUDA) against the bandwidth
+roofline: (weight bytes + KV bytes read per token) / peak bandwidth. Two shapes: Llama-3-8B
+(bandwidth-bound) and the voice model's, SmolLM2-135M (launch-bound: what CUDA graphs are for).
 Called by benchmarks/kernels.py --engine."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 H200_PEAK_GBS = 4800.0
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
                  num_kv_heads=8, head_dim=128, rope_theta=500000.0, max_position_embeddings=8192,
                  rms_norm_eps=1e-5)
+SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
+                    num_kv_heads=3, head_dim=64, rope_theta=100000.0, max_position_embeddings=8192,
+                    rms_norm_eps=1e-5, tie_word_embeddings=True)
+SHAPES = {"llama3-8b": LLAMA3_8B, "smollm2-135m": SMOLLM2_135M}
 
 
-def _random_engine(enforce_eager: bool, max_len: int):
+def _random_engine(shape: dict, enforce_eager: bool, max_len: int):
     import torch
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import models
@@ -22,10 +28,10 @@ def _random_engine(enforce_eager: bool, max_len: int):
     from llm_engine.rope import rope_tables
     from llm_engine.tokenizer import Tokenizer
 
-    mcfg = ModelConfig(**LLAMA3_8B)
+    mcfg = ModelConfig(**shape)
     with torch.device("meta"):
         model = LlamaModel(mcfg, max_len, backend="auto")
-    model = model.to_empty(device="cuda").to(torch.bfloat16).eval()  # [~16 GB of bf16 weights]
+    model = model.to_empty(device="cuda").to(torch.bfloat16).eval()  # [~16 GB of bf16 weights for 8B]
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
@@ -45,8 +51,8 @@ def bench_engine_decode(prompt_len: int = 512, new_tokens: int = 128) -> list[di
     from llm_engine import SamplingParams
 
     rows = []
-    for eager in (False, True):
-        engine, model = _random_engine(eager, max_len=2048)
+    for (name, shape), eager in itertools.product(SHAPES.items(), (False, True)):
+        engine, model = _random_engine(shape, eager, max_len=2048)
         prompt = [int(t) for t in torch.randint(1, 1000, (prompt_len,))]
 
         def run(n: int, engine=engine, prompt=prompt) -> float:
@@ -68,7 +74,8 @@ def bench_engine_decode(prompt_len: int = 512, new_tokens: int = 128) -> list[di
         avg_ctx = prompt_len + new_tokens / 2
         kv_bytes = avg_ctx * c.num_layers * 2 * c.num_kv_heads * c.head_dim * 2
         roofline = H200_PEAK_GBS * 1e9 / (weight_bytes + kv_bytes)
-        row = {"cuda_graphs": not eager, "prompt_len": prompt_len, "new_tokens": new_tokens,
+        row = {"model": name, "cuda_graphs": not eager, "first_token_ms": round(t1 * 1e3, 2),
+               "prompt_len": prompt_len, "new_tokens": new_tokens,
                "decode_tok_s": round(tok_s, 1), "roofline_tok_s": round(roofline, 1),
                "pct_roofline": round(100 * tok_s / roofline, 1),
                "weight_GB": round(weight_bytes / 1e9, 2), "kv_MB_per_token": round(kv_bytes / 1e6, 1)}

@@ -93,17 +93,22 @@ def test_store_kv_matches_ref_and_skips_minus_one(dtype, block_size, hk, dim):
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
 
 
+def _z(*shape, dtype=torch.float32):
+    # on the kernels' device: on a CUDA machine a CPU tensor is refused before its shape is checked
+    return torch.zeros(*shape, dtype=dtype, device=DEV)
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: kernels.rms_norm(torch.zeros(2, 8), torch.zeros(9), 1e-5, backend="triton"), "weight"),
-        (lambda: kernels.silu_and_mul(torch.zeros(2, 7), backend="triton"), "2I"),
-        (lambda: kernels.rotary(torch.zeros(2, 2, 8), torch.zeros(2, 1, 8), torch.zeros(2, dtype=torch.long),
-                                torch.zeros(4, 3), torch.zeros(4, 3), backend="triton"), "cos/sin"),
-        (lambda: kernels.store_kv(torch.zeros(2, 1, 8), torch.zeros(2, 1, 8), torch.zeros(2, 4, 2, 8),
-                                  torch.zeros(2, 4, 2, 8), torch.zeros(2, dtype=torch.long), backend="triton"),
+        (lambda: kernels.rms_norm(_z(2, 8), _z(9), 1e-5, backend="triton"), "weight"),
+        (lambda: kernels.silu_and_mul(_z(2, 7), backend="triton"), "2I"),
+        (lambda: kernels.rotary(_z(2, 2, 8), _z(2, 1, 8), _z(2, dtype=torch.long),
+                                _z(4, 3), _z(4, 3), backend="triton"), "cos/sin"),
+        (lambda: kernels.store_kv(_z(2, 1, 8), _z(2, 1, 8), _z(2, 4, 2, 8),
+                                  _z(2, 4, 2, 8), _z(2, dtype=torch.long), backend="triton"),
          "caches"),
-        (lambda: kernels.rms_norm(torch.zeros(2, 8, dtype=torch.int32), torch.zeros(8), 1e-5, backend="triton"),
+        (lambda: kernels.rms_norm(_z(2, 8, dtype=torch.int32), _z(8), 1e-5, backend="triton"),
          "dtype"),
     ],
 )

@@ -42,11 +42,13 @@ def accept_sampled(
         raise ValueError(f"need k+1={k + 1} target rows, got {target_probs.shape[0]}")
     if draft_probs is None:  # a point-mass proposal (n-gram, greedy drafts)
         draft_probs = torch.zeros_like(target_probs[:k])
-        draft_probs[torch.arange(k), draft] = 1.0
-    idx = torch.arange(k)
+        draft_probs[torch.arange(k, device=draft.device), draft] = 1.0
+    idx = torch.arange(k, device=draft.device)
     p_x = target_probs[idx, draft]
     q_x = draft_probs[idx, draft]
-    u = torch.rand(k, generator=generator, dtype=p_x.dtype)
+    # drawn on the generator's device (CPU by default), compared on the target's
+    u = torch.rand(k, generator=generator, dtype=p_x.dtype,
+                   device=generator.device if generator is not None else "cpu").to(p_x.device)
     # u < p/q  <=>  u*q < p (no division: q can be 0 only for tokens it never drafts)
     ok = u * q_x < p_x
     miss = (~ok).nonzero()

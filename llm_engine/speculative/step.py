@@ -157,7 +157,7 @@ class StepSpeculator:
         eng, st = self.engine, self.seqs[seq]
         k, st.draft = st.draft, 0
         n0 = len(seq.token_ids) - k
-        draft = torch.tensor(seq.token_ids[n0:], dtype=torch.long)
+        draft = torch.tensor(seq.token_ids[n0:], dtype=torch.long, device=logits.device)
         p = seq.params
         if p.greedy and p.repetition_penalty == 1.0:
             acc = accept_greedy(draft, logits)
