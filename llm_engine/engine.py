@@ -168,11 +168,11 @@ class LLMEngine:
         return self._admit(ids, params, request_id, sink)
 
     def _admit(self, ids: list[int], params: SamplingParams, request_id: str | None, sink: Sink | None,
-               prefill_only: bool = False) -> str:
+               prefill_only: bool = False, score_ids: tuple[int, ...] = ()) -> str:
         rid = request_id if request_id is not None else self._new_id()
         detok = IncrementalDetokenizer(self.tokenizer, params.stop, params.skip_special_tokens,
                                        params.include_stop_str_in_output)
-        req = Request(Sequence(rid, ids, params, prefill_only=prefill_only), detok, sink)
+        req = Request(Sequence(rid, ids, params, prefill_only=prefill_only, score_ids=score_ids), detok, sink)
         with self._admit_lock:
             if rid in self.requests:
                 raise ValueError(f"request id {rid!r} is already running")
@@ -196,6 +196,40 @@ class LLMEngine:
         rid = self._admit(ids, params, request_id, None, prefill_only=True)
         self.ensure_worker()
         return rid
+
+    def next_token_probability(self, prompt: str | list[int], token_ids: list[int] | tuple[int, ...],
+                               timeout_s: float = 1.0) -> float | None:
+        """P(the token after `prompt` is one of `token_ids`), from one prefill-only request: the
+        prompt's KV is computed (full blocks from the prefix cache, and cached for the next
+        call) and only its last row's logits are read; nothing is generated. A turn detector
+        asks it whether the user's words so far end their turn (pipeline.turn_text).
+
+        Blocks the calling thread (never call it on the engine thread) for at most
+        `timeout_s`; None when the engine could not answer in time (the request is then
+        aborted), dropped it (no room without evicting a running request) or failed."""
+        ids, params = self._checked(prompt, SamplingParams(max_tokens=1))
+        vocab = self.model.cfg.vocab_size
+        score = tuple(int(t) for t in token_ids)
+        if not score or any(not 0 <= t < vocab for t in score):
+            raise ValueError(f"token_ids must be a non-empty list of ids in [0, {vocab})")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if threading.current_thread() is self._worker:
+            raise RuntimeError("next_token_probability waits for the engine thread: not from a sink")
+        done = threading.Event()
+        result: list[RequestOutput] = []
+
+        def sink(_delta: str, final: RequestOutput | None) -> None:
+            if final is not None:
+                result.append(final)
+                done.set()
+
+        rid = self._admit(ids, params, None, sink, prefill_only=True, score_ids=score)
+        self.ensure_worker()
+        if not done.wait(timeout_s):
+            self.abort(rid)
+            return None
+        return result[0].metrics.get("next_token_p")
 
     @property
     def token_limit(self) -> int:
@@ -306,7 +340,7 @@ class LLMEngine:
             if j is None:
                 continue
             if seq.prefill_only:
-                done.append(self._finish(seq, "prefill"))
+                done.append(self._finish(seq, "prefill", self._next_token_p(seq, out.logits[j])))
             elif k:
                 verify.append((seq, out.logits[j: j + k + 1], feats))
             else:
@@ -354,11 +388,19 @@ class LLMEngine:
             req.pending.append(delta)
         return reason
 
-    def _finish(self, seq: Sequence, reason: str) -> RequestOutput | None:
+    @staticmethod
+    def _next_token_p(seq: Sequence, logits: torch.Tensor) -> dict[str, float] | None:  # logits [V]
+        if not seq.score_ids:
+            return None
+        probs = torch.softmax(logits.float(), dim=-1)
+        return {"next_token_p": float(probs[list(seq.score_ids)].sum())}
+
+    def _finish(self, seq: Sequence, reason: str, extra: dict[str, float] | None = None) -> RequestOutput | None:
         req = self.requests.get(seq.request_id)
         if req is None or req.seq is not seq or req.output is not None:
             return None  # already finished (an abort frees it when the step ends)
-        extra = None if self._spec is None else self._spec.request_metrics(seq)
+        spec = None if self._spec is None else self._spec.request_metrics(seq)
+        extra = {**(spec or {}), **(extra or {})} or None
         self._release(req)
         req.flush()
         return req.finish(reason, extra)

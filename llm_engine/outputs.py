@@ -14,6 +14,7 @@ class RequestOutput:
     # "stop" | "length" | "abort" | "prefill" (engine.prefill done) | "error" (see `error`)
     finish_reason: str | None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-    # ttft_s, total_s; with speculation also drafted, accepted, passes, tokens_per_pass
+    # ttft_s, total_s; with speculation also drafted, accepted, passes, tokens_per_pass;
+    # next_token_p for engine.next_token_probability()
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None  # finish_reason "error": what failed in the engine thread

@@ -32,6 +32,9 @@ class Sequence:
     arrival: int = field(default_factory=lambda: next(_ids))
     num_preemptions: int = 0
     prefill_only: bool = False  # engine.prefill(): compute and cache the prompt's KV, sample nothing
+    # engine.next_token_probability(): with prefill_only, the ids whose summed probability at the
+    # prompt's end is reported (metrics["next_token_p"])
+    score_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.num_prompt_tokens:

@@ -18,6 +18,9 @@ STT_MODELS = ("whisper-tiny.en", "whisper-base", "fake")
 # our detector; VAD silence alone (a baseline); or the whole LiveKit-defaults assembly
 # (pipeline/baseline.py: livekit's Silero + v1-mini + default endpointing + segment Whisper)
 TURN_DETECTION = ("parley", "vad", "livekit")
+# the text witness of our detector: the voice LLM (our engine only: pipeline.turn_text) or the
+# detector's own word classifier (turn_detection.completeness)
+TURN_TEXT = ("llm", "words")
 DEFAULT_INSTRUCTIONS = (
     "You are Parley, a friendly voice assistant. Your replies are spoken aloud, so answer in one or "
     "two short sentences of plain words, without lists, markdown or emoji.")
@@ -52,6 +55,7 @@ class SessionConfig:
     # turn taking
     turn_detection: str = "parley"
     vad_silence_s: float = 0.5  # turn_detection = "vad": silence that ends the turn
+    turn_text: str = "llm"  # turn_detection = "parley" with our engine; otherwise "words" is used
     preemptive: bool = True
     prefill_ahead: bool = True  # engine: prefill the words so far while the user speaks
     interruption_min_s: float = 0.0  # speech (after the VAD's own 0.1 s) that interrupts the agent
@@ -76,7 +80,7 @@ class SessionConfig:
         if self.llm == "openai" and not self.base_url:
             raise ValueError("llm = 'openai' needs base_url (e.g. http://127.0.0.1:8000/v1)")
         checks = (("speculative", SPECULATIVE), ("tts", TTS_BACKENDS), ("stt", STT_MODELS),
-                  ("turn_detection", TURN_DETECTION))
+                  ("turn_detection", TURN_DETECTION), ("turn_text", TURN_TEXT))
         for name, allowed in checks:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -146,15 +150,17 @@ class SessionConfig:
         g.add_argument("--stt", choices=STT_MODELS)
         g.add_argument("--tts", choices=TTS_BACKENDS)
         g.add_argument("--turn-detection", dest="turn_detection", choices=TURN_DETECTION)
+        g.add_argument("--turn-text", dest="turn_text", choices=TURN_TEXT,
+                       help="what judges the words at a pause: the voice LLM or the word classifier")
         g.add_argument("--no-preemptive", dest="preemptive", action="store_const", const=False)
         g.add_argument("--no-ack", dest="ack", action="store_const", const=False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SessionConfig:
         base = cls.from_toml(args.config) if getattr(args, "config", None) else cls()
-        over = {k: getattr(args, k) for k in ("llm", "model", "base_url", "instructions", "speculative",
-                                              "weight_format", "stt", "tts", "turn_detection", "preemptive")
-                if getattr(args, k, None) is not None}
+        names = ("llm", "model", "base_url", "instructions", "speculative", "weight_format", "stt", "tts",
+                 "turn_detection", "turn_text", "preemptive")
+        over = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
         if getattr(args, "ack", None) is False:
             over["response"] = replace(base.response, ack_enabled=False)
         return replace(base, **over)

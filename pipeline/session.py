@@ -56,9 +56,19 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     if config.turn_detection == "livekit":  # the yardstick: LiveKit's defaults with the same parts
         session, agent = build_livekit_default_session(config, components, budget, llm_plugin, tts_plugin)
         return SessionParts(session, agent, None, budget, llm_plugin, tts_plugin)
-    hearing = Hearing(components.vad, components.new_transcriber(), components.detector,
-                      final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     agent = Agent(instructions=config.instructions)
+    history = [_history(agent, config)]  # the conversation before the current user turn
+
+    detector = components.detector
+    if _llm_witness(config, components):
+        from pipeline.turn_text import EngineCompletenessScorer
+        from turn_detection.policy import LLM_TEXT_POLICY, EndpointingPolicy
+
+        # read on the hearing thread; replaced (never mutated) on the loop at each speech start
+        scorer = EngineCompletenessScorer(components.engine, detector.text_scorer, context=lambda: history[0])
+        detector = detector.with_text_scorer(scorer, EndpointingPolicy.load(LLM_TEXT_POLICY))
+    hearing = Hearing(components.vad, components.new_transcriber(), detector,
+                      final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     ahead = None
     if config.prefill_ahead and components.engine is not None and components.llm is None:
         ahead = PrefillAhead(components.engine, lambda: _history(agent, config), reserve=config.max_tokens,
@@ -69,6 +79,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
             ahead.update(ev.text, ev.t)
         if ev.kind == "speech_start":
             budget.open_turn(ev.t, ev.turn)
+            history[0] = _history(agent, config)
         elif ev.kind == "end_of_turn":
             budget.mark("speech_end", ev.t - ev.silence_s)
             budget.mark("end_of_turn", ev.t)
@@ -102,6 +113,16 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         asyncio.get_running_loop().run_in_executor(None, hearing.close)
 
     return SessionParts(session, agent, hearing, budget, llm_plugin, tts_plugin)
+
+
+def _llm_witness(config: SessionConfig, components: Components) -> bool:
+    """Our detector with the voice LLM judging the words (config.turn_text "llm"): only with our
+    engine (an external LLM gives no next-token probabilities) and a detector that has a word
+    scorer to fall back on."""
+    return (config.turn_text == "llm" and components.llm is None
+            and hasattr(components.engine, "next_token_probability")
+            and hasattr(components.detector, "with_text_scorer")
+            and getattr(components.detector, "text_scorer", None) is not None)
 
 
 def _history(agent: Agent, config: SessionConfig) -> list[dict[str, str]]:

@@ -362,3 +362,40 @@ def test_a_failing_step_ends_streams_with_a_typed_error(model_dir):
     assert eng.num_free_blocks == eng.num_blocks and not eng.has_unfinished()
     eng.runner.run = real  # the engine keeps serving
     assert len(eng.chat([CHAT], GREEDY)[0].token_ids) == GREEDY.max_tokens
+
+
+def test_next_token_probability_matches_the_model_and_reuses_the_cache(tmp_path):
+    import torch
+
+    hf = make_tiny_llama(tmp_path, seed=7)
+    eng = LLMEngine.from_pretrained(tmp_path, num_blocks=32, block_size=8)
+    prompt = list(range(40, 61))  # 21 tokens: two full blocks to cache, a partial third
+    with torch.no_grad():
+        want = torch.softmax(hf(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    ids = [2, 17, 33]
+    got = eng.next_token_probability(prompt, ids)
+    assert got == pytest.approx(float(want[ids].sum()), rel=1e-4, abs=1e-6)
+    assert eng.next_token_probability(prompt, [5]) == pytest.approx(float(want[5]), rel=1e-4, abs=1e-7)
+    # nothing generated, every block back in the free pool (the full ones kept for the prefix cache)
+    assert eng.num_free_blocks == eng.num_blocks and not eng.requests
+    assert eng.bm.num_hits == 16  # the second call found the first one's two full blocks
+    longer = [*prompt, 70, 71]
+    with torch.no_grad():
+        want2 = torch.softmax(hf(torch.tensor([longer])).logits[0, -1].float(), -1)
+    assert eng.next_token_probability(longer, ids) == pytest.approx(float(want2[ids].sum()), rel=1e-4, abs=1e-6)
+    with pytest.raises(ValueError, match="token_ids"):
+        eng.next_token_probability(prompt, [])
+    with pytest.raises(ValueError, match="token_ids"):
+        eng.next_token_probability(prompt, [10_000])
+    with pytest.raises(ValueError, match="timeout_s"):
+        eng.next_token_probability(prompt, ids, timeout_s=0)
+
+
+def test_next_token_probability_gives_none_when_the_engine_cannot_answer_in_time(model_dir):
+    eng = engine(model_dir)
+    with eng._lock:  # a long step holds the engine: the answer cannot come within the timeout
+        assert eng.next_token_probability(PROMPTS[1], [3], timeout_s=0.05) is None
+    deadline = time.time() + 5
+    while eng.requests and time.time() < deadline:
+        time.sleep(0.01)
+    assert not eng.requests and eng.num_free_blocks == eng.num_blocks  # the aborted request is gone

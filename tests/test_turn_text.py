@@ -68,3 +68,19 @@ def test_bad_inputs(tmp_path, scorer):
     scorer.save(path)
     assert CompletenessScorer.load(path).probability("play some jazz") == pytest.approx(
         scorer.probability("play some jazz"), abs=1e-3)
+
+
+@pytest.mark.unit
+def test_loso_reads_another_text_witness_from_a_table(tmp_path):
+    import json
+
+    from turn_detection.training.loso import TableScorer
+
+    path = tmp_path / "scores.json"
+    path.write_text(json.dumps({"cost": {}, "scores": {"What time is it?": 0.8, "What time": 0.01}}))
+    scorer = TableScorer.load(path)
+    assert scorer.probability("What time is it?") == 0.8 and scorer.probability("What time") == 0.01
+    with pytest.raises(KeyError, match="rebuild"):
+        scorer.probability("What")
+    with pytest.raises(ValueError, match="probabilities"):
+        TableScorer({"x": 1.5})

@@ -57,6 +57,11 @@ class EndOfTurnDetector:
         """The same models under another policy (sharing them)."""
         return EndOfTurnDetector(self.vad, self.classifier, policy, self.text_scorer)
 
+    def with_text_scorer(self, text_scorer, policy: EndpointingPolicy) -> EndOfTurnDetector:
+        """The same audio models with another text witness (anything with probability(text))
+        and the policy chosen for it."""
+        return EndOfTurnDetector(self.vad, self.classifier, policy, text_scorer)
+
     def stream(self) -> EndOfTurnStream:
         return EndOfTurnStream(self)
 

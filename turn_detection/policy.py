@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_POLICY = Path(__file__).with_name("eot_policy.json")
+# the policy for a text witness that is the voice LLM (pipeline.turn_text), chosen the same way
+# on that witness's P (loso --text-scores): its P is calibrated differently from the word scorer's
+LLM_TEXT_POLICY = Path(__file__).with_name("eot_policy_llm.json")
 
 
 def _logit(p) -> np.ndarray:

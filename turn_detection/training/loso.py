@@ -44,7 +44,27 @@ BARS = {
 MIX = {"audio_weight": (0.1, 0.25, 0.5, 1.0), "text_weight": (0.0, 0.5, 1.0, 2.0, 3.0), "text_bias": (-1.0, 0.0, 1.0)}
 
 
-def text_probabilities(tr: Trace, timeline: list[tuple[float, str]], scorer: CompletenessScorer) -> np.ndarray:
+class TableScorer:
+    """A text witness's P per transcript, computed elsewhere (the voice LLM's needs the engine,
+    which this package does not import): {text: P}; a transcript missing from it is an error."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        if not all(isinstance(v, float | int) and 0.0 <= v <= 1.0 for v in table.values()):
+            raise ValueError("text scores must be probabilities in [0, 1]")
+        self.table = table
+
+    @classmethod
+    def load(cls, path: str | Path) -> TableScorer:
+        return cls(json.loads(Path(path).read_text())["scores"])
+
+    def probability(self, text: str) -> float:
+        if text not in self.table:
+            raise KeyError(f"no text score for {text!r}: rebuild the table from the same STT cache")
+        return float(self.table[text])
+
+
+def text_probabilities(tr: Trace, timeline: list[tuple[float, str]], scorer: CompletenessScorer | TableScorer
+                       ) -> np.ndarray:
     """Per window of `tr`: the text P of the newest transcript arrived by the window's start
     (nan: none yet, or empty)."""
     arrivals = np.array([t for t, _ in timeline])
@@ -146,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap-complete", type=float, default=0.01)
     ap.add_argument("--report")
     ap.add_argument("--only-cached", action="store_true", help="use only the clips already in the STT cache")
+    ap.add_argument("--text-scores", help="a JSON {transcript: P} of another text witness (e.g. the voice "
+                    "LLM's, benchmarks/turn_llm_text.py) used instead of the detector's own word scorer")
     ap.add_argument("--pauses", help="a training/pauses.py cache: refit the prosodic model per fold "
                     "(without the held-out family's synthesizer) and write it to --weights-out")
     ap.add_argument("--per-voice", type=int, default=80)
@@ -170,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the shipped prosodic model for every fold (held out for the policy only)
         models = {s: det.classifier for s in [frozenset()] + [frozenset(p) for n in (1, 2)
                                                                for p in itertools.combinations(families, n)]}
-    texts = [text_probabilities(ft, tl, det.text_scorer) for ft, tl in zip(ftraces, timelines)]
+    scorer = TableScorer.load(args.text_scores) if args.text_scores else det.text_scorer
+    texts = [text_probabilities(ft, tl, scorer) for ft, tl in zip(ftraces, timelines)]
     grid = policies()
     scores: dict[tuple[frozenset, str], list[dict]] = {}  # (families left out of the model, family)
 

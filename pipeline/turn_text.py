@@ -1,0 +1,82 @@
+"""The voice LLM as the turn detector's text witness: P(the user's words so far end their turn).
+
+The detector's own text scorer (turn_detection.completeness) reads the last few words; it knows
+that "to" ends no turn, but not that "What is the capital of Australia" is a whole question (it
+scored 0.29). The LLM knows. With the chat so far (the system prompt and earlier turns, cached)
+and the user's words as an unfinished user message, P(next token ends a sentence or the
+message) is high after a whole request and low inside one, whoever speaks it. Whisper's trailing
+punctuation is stripped first: it puts a "." or "..." after prefixes at pauses as well as after
+turns, so the model, not the STT, decides where the sentence ends.
+
+One short prefill-only engine request per new transcript at a pause (LLMEngine.
+next_token_probability); when the engine cannot answer within `timeout_s` (busy with a long
+reply, or no room), the detector's own scorer answers instead, so a turn is never held up."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+_TRAILING = re.compile(r"[\s.,;:!?\u2026-]+$")
+# Whisper writes "30%" where the user said "thirty percent": after "%" the LLM expects " of" or
+# " to" (P(end) 0.02 for "Turn the living room lights down to 30%", 0.28 with " percent")
+_PERCENT = re.compile(r"\s*%")
+END_MARKS = (".", "?", "!", "...")
+
+
+class TextScorer(Protocol):
+    def probability(self, text: str) -> float: ...
+
+
+class EngineCompletenessScorer:
+    def __init__(self, engine: Any, fallback: TextScorer,
+                 context: Callable[[], list[dict[str, Any]]] | None = None, timeout_s: float = 0.25) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.engine, self.fallback, self.timeout_s = engine, fallback, timeout_s
+        self.context = context or (lambda: [])
+        tok = engine.tokenizer
+        marks = [tok.encode(m, add_special_tokens=False) for m in END_MARKS]
+        # the token the chat template puts right after a user's words (ChatML: <|im_end|>)
+        probe = "\u2063probe\u2063"
+        rendered = tok.render_chat([{"role": "user", "content": probe}], add_generation_prompt=False)
+        after = tok.encode(rendered[rendered.rindex(probe) + len(probe):], add_special_tokens=False)
+        ids = {m[0] for m in marks if len(m) == 1} | set(after[:1])
+        if not ids:
+            raise ValueError("the tokenizer has no single-token sentence end or message end")
+        self.end_ids = tuple(sorted(ids))
+        self.calls = self.fallbacks = 0
+        self._last: tuple[tuple, str, float] | None = None
+
+    def prompt_ids(self, text: str) -> list[int] | None:
+        """The chat so far plus the user's words as an open user message (trailing punctuation
+        stripped, "%" spelled as spoken); None when no words are left."""
+        words = _PERCENT.sub(" percent", _TRAILING.sub("", text.strip()))
+        if not words:
+            return None
+        tok = self.engine.tokenizer
+        rendered = tok.render_chat([*self.context(), {"role": "user", "content": words}],
+                                   add_generation_prompt=False)
+        return tok.encode(rendered[: rendered.rindex(words) + len(words)], add_special_tokens=False)
+
+    def probability(self, text: str) -> float:
+        if not isinstance(text, str):
+            raise ValueError("text must be a str")
+        ids = self.prompt_ids(text)
+        if ids is None:
+            return self.fallback.probability(text)
+        key = tuple(ids)
+        if self._last is not None and self._last[0] == key:
+            return self._last[2]
+        self.calls += 1
+        try:
+            p = self.engine.next_token_probability(ids, self.end_ids, timeout_s=self.timeout_s)
+        except ValueError:  # a conversation past the context: the words alone still score
+            p = None
+        if p is None:
+            self.fallbacks += 1
+            return self.fallback.probability(text)
+        p = min(max(float(p), 0.0), 1.0)
+        self._last = (key, text, p)
+        return p

@@ -1,0 +1,95 @@
+"""The LLM text witness of the turn detector: its prompt, its probability from the engine, and
+the fallback to the detector's own scorer when the engine cannot answer in time."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_engine import LLMEngine
+from pipeline.turn_text import EngineCompletenessScorer
+from tests.llm_helpers import make_tiny_llama
+
+pytestmark = pytest.mark.unit
+TEMPLATE = "{% for m in messages %}t3 {{ m['content'] }} t4 {% endfor %}{% if add_generation_prompt %}t5{% endif %}"
+
+
+class Const:
+    def __init__(self, p: float) -> None:
+        self.p, self.texts = p, []
+
+    def probability(self, text: str) -> float:
+        self.texts.append(text)
+        return self.p
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-turn-text")
+    make_tiny_llama(path, seed=3)
+    (path / "chat_template.jinja").write_text(TEMPLATE)
+    return LLMEngine.from_pretrained(path, num_blocks=64, block_size=8)
+
+
+def test_the_prompt_is_the_chat_so_far_and_the_open_user_message(engine):
+    system = [{"role": "system", "content": "t9 t9 t9"}]
+    scorer = EngineCompletenessScorer(engine, Const(0.5), context=lambda: system)
+    assert 4 in scorer.end_ids  # the template's end of a message (t4) is an end token
+    ids = scorer.prompt_ids("t20 t21 t22...")  # Whisper's trailing punctuation is dropped
+    assert ids == [3, 9, 9, 9, 4, 3, 20, 21, 22]
+    assert scorer.prompt_ids(" ... ") is None
+    assert scorer.prompt_ids("t20 30%.") == scorer.prompt_ids("t20 30 percent")
+
+
+def test_probability_is_the_engines_and_ignores_trailing_punctuation(engine):
+    fallback = Const(0.123)
+    scorer = EngineCompletenessScorer(engine, fallback)
+    want = engine.next_token_probability([3, 20, 21, 22], scorer.end_ids)
+    assert scorer.probability("t20 t21 t22") == pytest.approx(want, rel=1e-6)
+    assert scorer.probability("t20 t21 t22?") == pytest.approx(want, rel=1e-6)
+    assert scorer.calls == 1  # the same prompt is not asked twice
+    assert scorer.probability("t20 t21 t23") != pytest.approx(want, rel=1e-3)
+    assert fallback.texts == [] and scorer.fallbacks == 0
+    assert scorer.probability("...") == 0.123  # no words: the detector's own scorer
+    with pytest.raises(ValueError):
+        scorer.probability(None)
+
+
+class SlowEngine:
+    """The engine's interface, answering None as next_token_probability does past its timeout."""
+
+    def __init__(self, engine) -> None:
+        self.tokenizer, self.asked = engine.tokenizer, []
+
+    def next_token_probability(self, ids, end_ids, timeout_s):
+        self.asked.append(timeout_s)
+        return None
+
+
+def test_an_engine_that_cannot_answer_in_time_hands_over_to_the_fallback(engine):
+    slow = SlowEngine(engine)
+    scorer = EngineCompletenessScorer(slow, Const(0.8), timeout_s=0.07)
+    assert scorer.probability("t20 t21") == 0.8
+    assert slow.asked == [0.07] and scorer.fallbacks == 1
+    assert scorer.probability("t20 t21") == 0.8 and len(slow.asked) == 2  # a miss is asked again
+    with pytest.raises(ValueError, match="timeout_s"):
+        EngineCompletenessScorer(engine, Const(0.5), timeout_s=0)
+
+
+def test_the_session_asks_the_llm_only_with_our_engine_and_a_word_scorer_to_fall_back_on(engine):
+    from types import SimpleNamespace
+
+    from llm_engine import FakeLLM
+    from pipeline.config import SessionConfig
+    from pipeline.session import _llm_witness
+    from turn_detection import EndOfTurnDetector
+
+    detector = EndOfTurnDetector(vad=None, classifier=None, text_scorer=Const(0.5))
+    ours = SimpleNamespace(llm=None, engine=engine, detector=detector)
+    assert _llm_witness(SessionConfig(), ours)
+    assert not _llm_witness(SessionConfig(turn_text="words"), ours)
+    assert not _llm_witness(SessionConfig(), SimpleNamespace(llm=object(), engine=None, detector=detector))
+    assert not _llm_witness(SessionConfig(), SimpleNamespace(llm=None, engine=FakeLLM(), detector=detector))
+    no_words = EndOfTurnDetector(vad=None, classifier=None)  # e.g. turn_detection = "vad"
+    assert not _llm_witness(SessionConfig(), SimpleNamespace(llm=None, engine=engine, detector=no_words))
+    with pytest.raises(ValueError, match="turn_text"):
+        SessionConfig(turn_text="sound")
