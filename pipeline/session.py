@@ -25,7 +25,7 @@ from pipeline.components import Components, load_components
 from pipeline.config import SessionConfig
 from pipeline.hearing import Hearing, HearingEvent
 from pipeline.plugins.hearing import ParleySTT, ParleyVAD
-from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages
+from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages, fit_context
 from pipeline.plugins.tts import ParleyTTS
 from pipeline.transport import AudioSink, EventSink, SessionFactory
 
@@ -57,10 +57,11 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         session, agent = build_livekit_default_session(config, components, budget, llm_plugin, tts_plugin)
         return SessionParts(session, agent, None, budget, llm_plugin, tts_plugin)
     agent = Agent(instructions=config.instructions)
-    history = [_history(agent, config)]  # the conversation before the current user turn
+    history = [_history(agent, config)]  # the conversation before the current user turn, trimmed
 
     detector = components.detector
-    if _llm_witness(config, components):
+    witness = _llm_witness(config, components)
+    if witness:
         from pipeline.turn_text import EngineCompletenessScorer
         from turn_detection.policy import LLM_TEXT_POLICY, EndpointingPolicy
 
@@ -79,7 +80,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
             ahead.update(ev.text, ev.t)
         if ev.kind == "speech_start":
             budget.open_turn(ev.t, ev.turn)
-            history[0] = _history(agent, config)
+            if witness:
+                history[0] = turn_context(components.engine, _history(agent, config), config)
         elif ev.kind == "end_of_turn":
             budget.mark("speech_end", ev.t - ev.silence_s)
             budget.mark("end_of_turn", ev.t)
@@ -123,6 +125,15 @@ def _llm_witness(config: SessionConfig, components: Components) -> bool:
             and hasattr(components.engine, "next_token_probability")
             and hasattr(components.detector, "with_text_scorer")
             and getattr(components.detector, "text_scorer", None) is not None)
+
+
+def turn_context(engine: Any, history: list[dict[str, str]], config: SessionConfig) -> list[dict[str, str]]:
+    """The history the LLM witness puts before the user's words: trimmed as the turn's real
+    request will be, so its prefix is the one the engine's cache holds (an untrimmed history of
+    a long session would re-prefill thousands of tokens per pause and time out)."""
+    kept = fit_context(engine, [*history, {"role": "user", "content": ""}], config.max_tokens,
+                       max_tokens=config.context_tokens)
+    return kept[:-1]
 
 
 def _history(agent: Agent, config: SessionConfig) -> list[dict[str, str]]:
