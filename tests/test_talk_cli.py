@@ -55,10 +55,17 @@ def test_talk_serves_the_session_until_ctrl_c(capsys, monkeypatch):
             seen["got"] = await collect_until(ws, lambda g: len(g.frames) >= 2)
             signal.raise_signal(signal.SIGINT)  # what Ctrl-C does
             await asyncio.sleep(5)
+            asyncio.get_running_loop().stop()  # Ctrl-C did not stop it: fail, do not hang
 
     tasks = []
     monkeypatch.setattr("webbrowser.open", lambda url: tasks.append(asyncio.get_running_loop().create_task(talk(url))))
-    rc = main(["talk", "--port", "0", "--token", "cli-test-token", "--max-sessions", "2", "--open"])
+    # a process started in the background by a shell without job control inherits SIGINT
+    # ignored, and Python then leaves it ignored: Ctrl-C is what this test is about
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc = main(["talk", "--port", "0", "--token", "cli-test-token", "--max-sessions", "2", "--open"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert rc == 130
     assert seen["args"].max_sessions == 2 and seen["got"].of("budget")
     assert factory.sessions[0].aclose_calls == 1
