@@ -47,7 +47,7 @@ class EngineCompletenessScorer:
             raise ValueError("the tokenizer has no single-token sentence end or message end")
         self.end_ids = tuple(sorted(ids))
         self.calls = self.fallbacks = 0
-        self._last: tuple[tuple, str, float] | None = None
+        self._last: tuple[tuple, float] | None = None  # the newest prompt asked, and its P
 
     def prompt_ids(self, text: str) -> list[int] | None:
         """The chat so far plus the user's words as an open user message (trailing punctuation
@@ -68,7 +68,7 @@ class EngineCompletenessScorer:
             return self.fallback.probability(text)
         key = tuple(ids)
         if self._last is not None and self._last[0] == key:
-            return self._last[2]
+            return self._last[1]
         self.calls += 1
         try:
             p = self.engine.next_token_probability(ids, self.end_ids, timeout_s=self.timeout_s)
@@ -78,5 +78,5 @@ class EngineCompletenessScorer:
             self.fallbacks += 1
             return self.fallback.probability(text)
         p = min(max(float(p), 0.0), 1.0)
-        self._last = (key, text, p)
+        self._last = (key, p)
         return p

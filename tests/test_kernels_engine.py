@@ -29,7 +29,7 @@ def _counting(fn, name, calls):
     return wrapped
 
 
-def _engine(backend: str) -> LLMEngine:
+def _engine(backend: str, enforce_eager: bool = True, **config) -> LLMEngine:
     torch.manual_seed(0)  # same random weights for both backends
     # sdpa_decode=False: the engine's CPU SDPA shortcut would bypass the decode op under test
     model = LlamaModel(CFG, max_len=128, backend=backend, sdpa_decode=False).eval().to(DEV)
@@ -39,8 +39,8 @@ def _engine(backend: str) -> LLMEngine:
     tok = Tokenizer(HFTokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0")),
                     None, None, [], False)
     # fp32 on both devices: the comparison is kernels vs references, not bf16 rounding.
-    cfg = EngineConfig(device=DEV, dtype=torch.float32, enforce_eager=True, backend=backend, block_size=16, num_blocks=16, max_num_seqs=4,
-                       max_model_len=128)
+    config = {"block_size": 16, "num_blocks": 16, "max_num_seqs": 4, "max_model_len": 128, **config}
+    cfg = EngineConfig(device=DEV, dtype=torch.float32, enforce_eager=enforce_eager, backend=backend, **config)
     return LLMEngine(model, tok, cfg)
 
 
@@ -61,17 +61,7 @@ def test_engine_greedy_tokens_same_with_triton_kernels_and_torch_refs(monkeypatc
 
 
 def _cuda_engine(enforce_eager: bool) -> LLMEngine:
-    torch.manual_seed(0)
-    model = LlamaModel(CFG, max_len=128, backend="auto").eval().to("cuda")
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.2 + (1.0 if p.dim() == 1 else 0.0))
-    tok = Tokenizer(HFTokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0")),
-                    None, None, [], False)
-    cfg = EngineConfig(device="cuda", dtype=torch.float32, enforce_eager=enforce_eager, backend="auto",
-                       block_size=16, num_blocks=64, max_num_seqs=8, max_model_len=128,
-                       cuda_graph_batch_sizes=(1, 2, 4, 8))
-    return LLMEngine(model, tok, cfg)
+    return _engine("auto", enforce_eager, num_blocks=64, max_num_seqs=8, cuda_graph_batch_sizes=(1, 2, 4, 8))
 
 
 # five prompts: batches of 5, then fewer as replies of other lengths finish, pad to 8/4/2/1
