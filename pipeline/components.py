@@ -29,7 +29,7 @@ class Components:
 
     def sampling_params(self) -> SamplingParams:
         c = self.config
-        return SamplingParams(max_tokens=c.max_tokens, temperature=c.temperature,
+        return SamplingParams(max_tokens=c.reply_token_limit, temperature=c.temperature,
                               repetition_penalty=c.repetition_penalty)
 
     def new_transcriber(self):

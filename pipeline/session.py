@@ -49,7 +49,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
                                              marks=lambda name: budget.mark(name), policy=config.response,
                                              time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s,
-                                             context_tokens=config.context_tokens)
+                                             context_tokens=config.context_tokens,
+                                             sentence_after_tokens=config.max_tokens if config.sentence_grace_tokens else None)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
                            time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name),
                            deadline_s=config.tts_deadline_s)
@@ -72,7 +73,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
                       final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     ahead = None
     if config.prefill_ahead and components.engine is not None and components.llm is None:
-        ahead = PrefillAhead(components.engine, lambda: _history(agent, config), reserve=config.max_tokens,
+        ahead = PrefillAhead(components.engine, lambda: _history(agent, config), reserve=config.reply_token_limit,
                              context_tokens=config.context_tokens)
 
     def on_event(ev: HearingEvent) -> None:
@@ -131,7 +132,7 @@ def turn_context(engine: Any, history: list[dict[str, str]], config: SessionConf
     """The history the LLM witness puts before the user's words: trimmed as the turn's real
     request will be, so its prefix is the one the engine's cache holds (an untrimmed history of
     a long session would re-prefill thousands of tokens per pause and time out)."""
-    kept = fit_context(engine, [*history, {"role": "user", "content": ""}], config.max_tokens,
+    kept = fit_context(engine, [*history, {"role": "user", "content": ""}], config.reply_token_limit,
                        max_tokens=config.context_tokens)
     return kept[:-1]
 

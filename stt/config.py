@@ -22,10 +22,12 @@ class TranscriberConfig:
     # Beam 5 (faster-whisper's default) cost only ~10-20% more than greedy per short-window
     # decode here, and greedy interims committed "life" for "lights" on espeak speech.
     beam_size: int = 5  # interim decodes
-    # The decodes whose text is final (at a pause, at flush). Beam 2 or greedy took x0.89 the
-    # time of beam 5 (benchmarks/stt_decode.py, 21 held-out turns); beam 2 in streaming: p90
-    # 79 vs 137 ms after a +250 ms flush, p50 the same, but a word more wrong in both of two
-    # runs (WER 4.6% vs 4.1%, 5.7% vs 4.6%), so beam 5.
+    # The decodes whose text is final (at a pause, at flush): beam 5. Side by side on the 21
+    # held-out turns (benchmarks/results/2026-12-04-cpu2zen4-stt.json, real time): after a +250
+    # ms flush p50/p90 30/90 ms with beam 5, 11/80 with beam 3, same WER; but on the
+    # Piper/espeak test clips beam 3 got two words more wrong ("my life's the kitchen"), beam 2
+    # three (and a word more wrong in three earlier held-out runs). A beam step costs ~7.5 ms
+    # at beam 5 vs ~4.6 ms greedy on one core (whisper-tiny.en; the first ~15 ms more).
     final_beam_size: int = 5
     commit_guard_s: float = 0.3  # words ending this close to the buffer's end are never stable
     language: str = "en"

@@ -280,3 +280,14 @@ async def test_a_false_interruption_pauses_the_reply_and_resumes_it():
     gap = after[0] - paused_at if after else None
     assert gap is not None and 0.3 < gap < 2.5, gap  # silent while paused, then the same reply again
     assert len(llm.requests) == 1  # the same reply resumed: no new request, no abort
+
+
+async def test_a_reply_past_max_tokens_finishes_its_sentence_and_no_more():
+    cfg = fake_config(preemptive=False, max_tokens=4, sentence_grace_tokens=20, response=ResponsePolicy(ack_enabled=False))
+    llm = FakeLLM(["One two three four five six, seven 3.5 eight. Nine ten eleven. Twelve."], ttft_s=0.02)
+    _, run = await one_turn(cfg, fake_components(cfg, llm))
+    assert [e["text"] for e in run.of("reply")] == ["One two three four five six, seven 3.5 eight."]
+    # a sentence still open at the hard limit (max_tokens + grace) is cut there, as before
+    cfg = fake_config(preemptive=False, max_tokens=2, sentence_grace_tokens=3, response=ResponsePolicy(ack_enabled=False))
+    _, run = await one_turn(cfg, fake_components(cfg, FakeLLM(["One two three four five six seven."], ttft_s=0.02)))
+    assert [e["text"] for e in run.of("reply")] == ["One two three four five"]

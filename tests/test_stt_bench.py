@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.stt import speech_end_s, summarize, tail_lost
+from benchmarks.stt import speech_end_s, summarize, tail_lost, wer
 
 pytestmark = pytest.mark.unit
 
@@ -26,16 +26,25 @@ def test_tail_lost_is_the_last_word_missing_from_the_end():
     assert not tail_lost("", "anything")
 
 
+def test_numbers_are_no_error_in_either_spelling():
+    assert not tail_lost("My flight leaves tomorrow at seven.", "My flight leaves tomorrow at 7.")
+    assert wer(["It costs $5.20 on the fourteenth."], ["it costs five dollars and twenty cents on the 14th"]) == 0.0
+    assert wer(["Set a timer for twenty five minutes."], ["Set the timer for 25 minutes."]) == pytest.approx(100 / 7)  # "a" for "the" only
+
+
 def test_summary_counts_finals_without_their_own_decode():
     rows = [{"final_latency_s": lat, "final_decode_s": dec, "no_new_decode": dec == 0.0, "interim_gap_s": 0.5,
              "interim_latency_s": 0.01, "preflight": True, "decode_s": 0.2, "duration_s": 2.0, "cpu_s": 1.0,
-             "wall_s": 2.0, "text": "turn the lights off", "final": final}
-            for lat, dec, final in [(0.01, 0.0, "turn the lights off"), (0.2, 0.15, "turn the lights"),
-                                    (0.05, 0.0, "turn the lights off")]]
+             "wall_s": 2.0, "text": "turn the lights off", "final": final, "offline": offline}
+            for lat, dec, final, offline in [(0.01, 0.0, "turn the lights off", "turn the lights of"),
+                                             (0.2, 0.15, "turn the lights", "turn the lights off"),
+                                             (0.05, 0.0, "turn the lights of", "turn the lights of")]]
     s = summarize(rows, 0.25)
     assert s["final_no_new_decode_share"] == pytest.approx(2 / 3)
     assert s["final_latency_ms_p50"] == pytest.approx(50.0)
-    assert s["tail_lost_stream"] == 1 and s["wer_stream"] == pytest.approx(100 / 12)
+    # the third lost its tail as offline did (the model's error); the second lost it alone
+    assert s["tail_lost_stream"] == 2 and s["tail_lost_stream_only"] == 1
+    assert s["wer_stream"] == pytest.approx(200 / 12)
     assert s["stream_cpu_cores"] == pytest.approx(0.5)
 
 

@@ -128,3 +128,40 @@ def test_bad_input_and_config_raise():
         TextChunker().push(None)
     with pytest.raises(ValueError):
         ChunkerConfig(first_max_words=0)
+
+
+def _after_first_chunk(text: str) -> TextChunker:
+    chunker = TextChunker(ChunkerConfig(first_max_words=1))
+    assert chunker.push("Well, ") == ["Well,"]
+    assert chunker.push(text) == []
+    return chunker
+
+
+@pytest.mark.unit
+def test_take_words_cuts_the_buffered_words_for_a_listener_about_to_run_dry():
+    assert TextChunker().take_words() == []  # the first chunk keeps its own rule
+    chunker = _after_first_chunk("you're excited about the up")
+    assert chunker.take_words(2) == ["you're excited about the"]  # "up" may become "upcoming"
+    assert chunker.push("coming event! It") == ["upcoming event!"]
+    assert chunker.take_words(2) == []  # one word is fewer than asked for
+
+
+@pytest.mark.unit
+def test_take_words_prefers_a_clause_boundary_and_never_splits_titles_or_dates():
+    assert _after_first_chunk("and then, we could go ").take_words(2) == ["and then,"]
+    assert _after_first_chunk("you should see Dr. ").take_words(1) == ["you should see"]
+    assert _after_first_chunk("it opened on March 3, ").take_words(1) == ["it opened on March"]
+    chunker = _after_first_chunk("on March 3, 2024 we")
+    assert chunker.take_words(1) == ["on March 3, 2024"]
+    assert chunker.flush() == ["we"]
+
+
+@pytest.mark.unit
+def test_sentence_end_is_decided_by_the_chunkers_rules():
+    from tts import sentence_end
+
+    assert sentence_end("upcoming event. It") == len("upcoming event.")
+    assert sentence_end("Have fun!") == len("Have fun!")
+    assert sentence_end("upcoming event.") is None  # may still become "event.com"
+    assert sentence_end("it costs 3.") is None and sentence_end("it costs 3.5 now") is None
+    assert sentence_end("ask Dr. Smith. Then") == len("ask Dr. Smith.")

@@ -158,3 +158,46 @@ async def test_async_iteration_does_not_block_the_event_loop():
     frames = [f async for f in stream]
     task.cancel()
     assert frames and ticks >= 20  # two chunks of 0.25 s synthesis each: the loop kept ticking
+
+
+def _silence_inside_reply(arrivals: list[float], frame_s: float = 0.02) -> float:
+    """Seconds of silence a real-time player leaves between the reply's first and last frame:
+    each frame plays at its arrival or when the one before it has played, whichever is later."""
+    gap, end = 0.0, arrivals[0]
+    for t in arrivals:
+        gap += max(0.0, t - end)
+        end = max(end, t) + frame_s
+    return gap
+
+
+def _slow_llm_reply(keep_up_s: float) -> tuple[float, list[str]]:
+    """A reply whose first sentence is long, its words coming at ~12 words/s (the embedded LLM
+    on this CPU): with chunks only at sentence ends, the 2-word first chunk plays out long
+    before the rest of the sentence is there."""
+    synth = FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.05, tone_hz=None)
+    stream = SpeechStream(synth, StreamConfig(keep_up_s=keep_up_s))
+    reply = ("I'm glad you're excited about the upcoming event and the many things to do there, "
+             "with friends from work. Have fun!")
+
+    def produce():
+        for w in reply.split():
+            stream.push_text(w + " ")
+            time.sleep(0.08)
+        stream.end_input()
+
+    threading.Thread(target=produce, daemon=True).start()
+    arrivals = []
+    while stream.read(timeout=10) is not None:
+        arrivals.append(time.perf_counter())
+    return _silence_inside_reply(arrivals), [c.text for c in stream.metrics.chunks]
+
+
+@pytest.mark.unit
+def test_a_slow_llm_does_not_leave_silence_after_the_first_chunk():
+    gap_on, chunks_on = _slow_llm_reply(keep_up_s=0.35)
+    gap_off, chunks_off = _slow_llm_reply(keep_up_s=0.0)
+    assert chunks_off[:2] == ["I'm glad", "you're excited about the upcoming event and the many things to do there, "
+                              "with friends from work."]
+    assert gap_off > 0.5  # the stutter: the sentence's words arrive ~1.4 s after the first chunk
+    assert gap_on < 0.15, (gap_on, chunks_on)
+    assert " ".join(chunks_on) == " ".join(chunks_off)  # the same words, cut earlier

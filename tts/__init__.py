@@ -1,6 +1,6 @@
 """Streaming text-to-speech: chunker -> normalizer -> Piper (or espeak-ng) -> 20 ms PCM frames."""
 
-from tts.chunker import ChunkerConfig, TextChunker, split_text
+from tts.chunker import ChunkerConfig, TextChunker, sentence_end, split_text
 from tts.espeak_synthesizer import EspeakSynthesizer
 from tts.fake_synthesizer import FakeSynthesizer
 from tts.normalize import normalize_text
@@ -13,7 +13,7 @@ __all__ = [
     "ChunkTiming", "ChunkerConfig", "EspeakSynthesizer", "FakeSynthesizer", "PiperOptions",
     "PiperSynthesizer", "PiperVoiceModel", "SpeechFrame", "SpeechStream", "StreamConfig",
     "StreamMetrics", "Synthesis", "SynthesisError", "SynthesisMetrics", "Synthesizer", "TextChunker",
-    "create_synthesizer", "normalize_text", "split_text",
+    "create_synthesizer", "normalize_text", "sentence_end", "split_text",
 ]
 
 

@@ -2,7 +2,8 @@
 
 The first chunk goes out as early as prosody allows: at the first clause or sentence boundary,
 or after `first_max_words` complete words when no boundary has come by then. Later chunks end
-at sentence boundaries (longer ones cut at `max_chars`). A boundary is only taken once the
+at sentence boundaries (longer ones cut at `max_chars`), unless the listener is about to run out
+of audio: then `take_words` cuts the words buffered so far (see SpeechStream's keep-up). A boundary is only taken once the
 character after it has arrived ("3." may become "3.14"; "example." may become "example.com"),
 so chunking a token stream gives exactly the chunks of the whole string pushed at once.
 Never split: inside numbers, decimals and URLs (no whitespace there), after titles and
@@ -69,6 +70,32 @@ class TextChunker:
 
     def reset(self) -> None:
         self._buf, self._chunks_out = "", 0
+
+    def take_words(self, min_words: int = 1) -> list[str]:
+        """The complete words buffered so far as one chunk now, without waiting for the sentence
+        to end: at the last clause boundary among them, else after the last word that may end a
+        chunk (never inside "Dr. Smith" or "March 3, 2024"); nothing when fewer than `min_words`
+        words would go. For a listener about to run out of audio: a slow LLM (~20 tok/s here)
+        took ~1 s to finish the sentence after a 2-word first chunk, heard as a stutter."""
+        if self._chunks_out == 0:
+            return []  # the first chunk has its own rule
+        words = list(_WORD.finditer(self._buf))
+        clauses = [m.end() for m in _CLAUSE.finditer(self._buf)
+                   if self._accept(self._buf, m, final=False) is True]
+        cut = None
+        for i in range(len(words) - 1, min_words - 2, -1):
+            if self._may_end_chunk(words, i):
+                cut = words[i].end()
+                break
+        if cut is None:
+            return []
+        within = [c for c in clauses if c <= cut and len(_WORD.findall(self._buf[:c] + " ")) >= min_words]
+        cut = within[-1] if within else cut
+        chunk, self._buf = self._buf[:cut].strip(), self._buf[cut:]
+        if not chunk:
+            return []
+        self._chunks_out += 1
+        return [chunk]
 
     def _drain(self, final: bool) -> list[str]:
         out: list[str] = []
@@ -138,14 +165,18 @@ class TextChunker:
     def _word_cut(self, buf: str, n_words: int) -> int | None:
         words = list(_WORD.finditer(buf))
         for i in range(n_words - 1, len(words)):
-            w = words[i].group(0)
-            key = w.lower().rstrip(".")
-            if w.endswith(".") and (key in _NO_SPLIT or re.fullmatch(r"[A-Z]", w[:-1])):
-                continue  # "Dr." or "J." binds to the next word
-            if re.search(r"\d,$", w) and i + 1 < len(words) and words[i + 1].group(0)[:1].isdigit():
-                continue  # "March 3, 2024"
-            return words[i].end()
+            if self._may_end_chunk(words, i):
+                return words[i].end()
         return None
+
+    @staticmethod
+    def _may_end_chunk(words: list[re.Match], i: int) -> bool:
+        w = words[i].group(0)
+        key = w.lower().rstrip(".")
+        if w.endswith(".") and (key in _NO_SPLIT or re.fullmatch(r"[A-Z]", w[:-1])):
+            return False  # "Dr." or "J." binds to the next word
+        # "March 3, 2024" (the next word may not have come yet: then wait)
+        return not (re.search(r"\d,$", w) and (i + 1 >= len(words) or words[i + 1].group(0)[:1].isdigit()))
 
     def _long_cut(self, buf: str) -> int:
         limit = self.config.max_chars
@@ -162,6 +193,15 @@ def _earliest(a: int | None, b: int | None) -> int | None:
     if a is None or b is None:
         return b if a is None else a
     return min(a, b)
+
+
+def sentence_end(text: str) -> int | None:
+    """Index just past the first sentence end in `text` that the chunker would take (the same
+    rules: "3." or "Dr." is none, a final "." only once the next character came); None if none."""
+    for m in _SENTENCE.finditer(text):
+        if TextChunker._accept(text, m, final=False) is True:
+            return m.end()
+    return None
 
 
 def split_text(text: str, config: ChunkerConfig | None = None) -> list[str]:

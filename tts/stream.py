@@ -39,6 +39,14 @@ class StreamConfig:
     fade_ms: float = 4.0  # raised-cosine fade at each chunk's edges: no click at the joins
     normalize: bool = True
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+    # Keep-up: after the first chunk, chunks end at sentences (better prosody), but when the
+    # audio already made would be played out within this long, the words buffered so far go
+    # at once (TextChunker.take_words, at least keep_up_min_words). It covers the synthesis of
+    # the next chunk (Piper: ~35 ms for 2-3 words on an idle core, ~200 ms on a busy one).
+    # 0 turns it off.
+    keep_up_s: float = 0.35
+    keep_up_min_words: int = 2
+    seconds_per_word: float = 0.35  # a chunk's length guessed before it is synthesized
 
     def __post_init__(self) -> None:
         if self.sample_rate not in OUTPUT_RATES:
@@ -49,6 +57,8 @@ class StreamConfig:
             raise ValueError("max_buffered_s must be in [0.04, 60]")
         if not 0 <= self.fade_ms <= 50:
             raise ValueError("fade_ms must be in [0, 50]")
+        if not 0 <= self.keep_up_s <= 10 or self.keep_up_min_words < 1 or not 0 < self.seconds_per_word <= 5:
+            raise ValueError("keep_up_s must be in [0, 10], keep_up_min_words >= 1, seconds_per_word in (0, 5]")
 
     @property
     def frame_samples(self) -> int:
@@ -78,6 +88,8 @@ class ChunkTiming:
     synth_s: float = 0.0  # backend seconds
     audio_s: float = 0.0
     first_frame_s: float | None = None  # its first frame queued (since the first text delta)
+    estimate_s: float = 0.0  # its audio length guessed from its words, until synthesized
+    early: bool = False  # cut before its sentence ended (keep-up)
 
 
 @dataclass
@@ -103,6 +115,10 @@ class SpeechStream:
         self._error: BaseException | None = None
         self._t0: float | None = None
         self._frames_made = 0  # worker side: frames queued so far (stream time of the next one)
+        # keep-up: when the audio made so far ends playing (perf_counter; the reader takes frames
+        # as they come and plays them in real time), and how many chunks were synthesized
+        self._play_end = 0.0
+        self._synthesized = 0
         # One resampler for the stream, built here: its first construction imports scipy.signal
         # (~0.4 s measured), which must not land on the first chunk's latency. Each chunk ends
         # faded to zero and is flushed with zeros, so every chunk starts from a silent history.
@@ -122,6 +138,15 @@ class SpeechStream:
             self._t0 = time.perf_counter()
         for chunk in self._chunker.push(delta):
             self._enqueue(chunk)
+        if self.config.keep_up_s > 0 and self.audio_ahead_s() < self.config.keep_up_s:
+            for chunk in self._chunker.take_words(self.config.keep_up_min_words):
+                self._enqueue(chunk, early=True)
+
+    def audio_ahead_s(self) -> float:
+        """Seconds of speech the listener has left: the audio made and not yet played, plus the
+        chunks waiting for synthesis (guessed from their words)."""
+        pending = self.metrics.chunks[self._synthesized:]
+        return max(0.0, self._play_end - time.perf_counter()) + sum(c.estimate_s for c in pending)
 
     def end_input(self) -> None:
         if self._input_ended:
@@ -137,8 +162,9 @@ class SpeechStream:
         self.end_input()
         return self
 
-    def _enqueue(self, chunk: str) -> None:
-        timing = ChunkTiming(len(self.metrics.chunks), chunk, self._since_t0())
+    def _enqueue(self, chunk: str, early: bool = False) -> None:
+        timing = ChunkTiming(len(self.metrics.chunks), chunk, self._since_t0(),
+                             estimate_s=len(chunk.split()) * self.config.seconds_per_word, early=early)
         self.metrics.chunks.append(timing)
         self._text_q.put(timing)
 
@@ -231,6 +257,8 @@ class SpeechStream:
         text = normalize_text(timing.text) if self.config.normalize else timing.text
         result = self.synthesizer.synthesize(text, normalize=False)
         timing.synth_s, timing.audio_s = result.metrics.seconds, result.metrics.audio_s
+        self._play_end = max(self._play_end, time.perf_counter()) + timing.audio_s
+        self._synthesized += 1
         if self._cancelled.is_set() or not len(result.audio):
             return
         frames = self._to_frames(result.audio, result.sample_rate)  # [F, frame_samples] int16

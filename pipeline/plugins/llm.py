@@ -16,6 +16,7 @@ from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConn
 from llm_engine.sampling_params import SamplingParams
 from parley.errors import StageOutputError, StageTimeoutError
 from pipeline.budget import ResponsePolicy
+from tts.chunker import sentence_end
 
 log = logging.getLogger("parley.llm")
 
@@ -100,13 +101,18 @@ def _cut_points(droppable: list[dict[str, str]], chunk: int) -> list[int]:
 class ParleyLLM(llm.LLM):
     """`marks(name)` records the request, an acknowledgement and the first token in the budget;
     `time_left_s()` (the budget's) decides when a late first token is covered by a short
-    acknowledgement (`policy`), spoken as the reply's first words and kept in the history."""
+    acknowledgement (`policy`), spoken as the reply's first words and kept in the history.
+    `sentence_after_tokens`: past this many text deltas (~tokens) the reply ends at its next
+    sentence end (the engine's own `max_tokens` is the hard limit); None: it runs to the engine's."""
 
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
                  marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
                  time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None,
-                 context_tokens: int | None = None) -> None:
+                 context_tokens: int | None = None, sentence_after_tokens: int | None = None) -> None:
         super().__init__()
+        if sentence_after_tokens is not None and sentence_after_tokens < 1:
+            raise ValueError(f"sentence_after_tokens must be >= 1, got {sentence_after_tokens}")
+        self.sentence_after_tokens = sentence_after_tokens
         self.context_tokens = context_tokens  # the history budget (None: the engine's window)
         if deadline_s is not None and deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
@@ -163,12 +169,19 @@ class ParleyLLMStream(llm.LLMStream):
             if delta is None:  # no text at all: say so (an apology) rather than stay silent
                 raise StageOutputError("llm: the engine returned an empty reply")
             plugin._marks("llm_first_token")
+            ending = _SentenceEnding(plugin.sentence_after_tokens)
             while delta is not None:
                 if not isinstance(delta, str):
                     raise StageOutputError(f"llm: a text delta of type {type(delta).__name__}")
                 n_deltas += 1
-                self._send(request_id, delta)
+                text, done = ending.push(delta)
+                if text:
+                    self._send(request_id, text)
+                if done:
+                    break  # the engine request is aborted below
                 delta = await _next(asyncio.ensure_future(it.__anext__()), plugin.deadline_s)
+            if rest := ending.rest():
+                self._send(request_id, rest)
         finally:
             if first is not None and not first.done():
                 first.cancel()
@@ -187,6 +200,31 @@ class ParleyLLMStream(llm.LLMStream):
 
     def _send(self, request_id: str, text: str) -> None:
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
+
+
+class _SentenceEnding:
+    """Past `after` deltas, text is held until a sentence end is decided (tts.sentence_end: a
+    "." counts once the next character shows it is no "3.14"), then the reply stops there.
+    Held text is still spoken when the stream ends first (at the engine's hard limit)."""
+
+    def __init__(self, after: int | None) -> None:
+        self.after, self.n, self.held = after, 0, ""
+
+    def push(self, delta: str) -> tuple[str, bool]:
+        """(text to send now, whether the reply ends here)."""
+        self.n += 1
+        if self.after is None or self.n <= self.after:
+            return delta, False
+        self.held += delta
+        cut = sentence_end(self.held)
+        if cut is None:
+            return "", False
+        text, self.held = self.held[:cut], ""
+        return text, True
+
+    def rest(self) -> str:
+        text, self.held = self.held, ""
+        return text
 
 
 async def _next(step: asyncio.Future, deadline_s: float | None) -> Any:
