@@ -201,3 +201,12 @@ def test_a_slow_llm_does_not_leave_silence_after_the_first_chunk():
     assert gap_off > 0.5  # the stutter: the sentence's words arrive ~1.4 s after the first chunk
     assert gap_on < 0.15, (gap_on, chunks_on)
     assert " ".join(chunks_on) == " ".join(chunks_off)  # the same words, cut earlier
+
+
+@pytest.mark.integration
+def test_piper_keeps_no_memory_plan_per_text_length():
+    """Each text length is a new input shape; a plan kept per shape grew the soak's memory
+    (benchmarks/soak.py). The slope itself is the benchmark's to measure."""
+    from tts.piper_voice import PiperVoiceModel
+
+    assert PiperVoiceModel.default()._voice.session.get_session_options().enable_mem_pattern is False

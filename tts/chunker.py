@@ -2,10 +2,11 @@
 
 The first chunk goes out as early as prosody allows: at the first clause or sentence boundary,
 or after `first_max_words` complete words when no boundary has come by then. Later chunks end
-at sentence boundaries (longer ones cut at `max_chars`), unless the listener is about to run out
-of audio: then `take_words` cuts the words buffered so far (see SpeechStream's keep-up). A boundary is only taken once the
-character after it has arrived ("3." may become "3.14"; "example." may become "example.com"),
-so chunking a token stream gives exactly the chunks of the whole string pushed at once.
+at sentence boundaries (longer ones cut at `max_chars`), unless the listener is about to run
+out of audio: then `take_words` cuts the words buffered so far (SpeechStream's keep-up). A
+boundary is only taken once the character after it has arrived ("3." may become "3.14";
+"example." may become "example.com"), so chunking a token stream gives exactly the chunks of
+the whole string pushed at once (when no keep-up cut came between).
 Never split: inside numbers, decimals and URLs (no whitespace there), after titles and
 abbreviations ("Dr. Smith", "e.g. this"), after initials ("J. Smith") or list numbers ("1.").
 """
