@@ -89,7 +89,6 @@ class ChunkTiming:
     audio_s: float = 0.0
     first_frame_s: float | None = None  # its first frame queued (since the first text delta)
     estimate_s: float = 0.0  # its audio length guessed from its words, until synthesized
-    early: bool = False  # cut before its sentence ended (keep-up)
 
 
 @dataclass
@@ -140,7 +139,7 @@ class SpeechStream:
             self._enqueue(chunk)
         if self.config.keep_up_s > 0 and self.audio_ahead_s() < self.config.keep_up_s:
             for chunk in self._chunker.take_words(self.config.keep_up_min_words):
-                self._enqueue(chunk, early=True)
+                self._enqueue(chunk)
 
     def audio_ahead_s(self) -> float:
         """Seconds of speech the listener has left: the audio made and not yet played, plus the
@@ -162,9 +161,9 @@ class SpeechStream:
         self.end_input()
         return self
 
-    def _enqueue(self, chunk: str, early: bool = False) -> None:
+    def _enqueue(self, chunk: str) -> None:
         timing = ChunkTiming(len(self.metrics.chunks), chunk, self._since_t0(),
-                             estimate_s=len(chunk.split()) * self.config.seconds_per_word, early=early)
+                             estimate_s=len(chunk.split()) * self.config.seconds_per_word)
         self.metrics.chunks.append(timing)
         self._text_q.put(timing)
 
