@@ -5,7 +5,9 @@
 Each session hears the same spoken question (Piper, 16 kHz, real-time pace) then 0.8 s of
 silence, `--turns` times. Reported per concurrency level: turns asked / answered, error events,
 resident memory slope after warm-up (MB per 100 turns, least squares over the turns after the
-first 20%), engine free blocks before / after, live asyncio tasks and threads before / after,
+first 20%; beside it the slope of the heap in use, to tell a leak from an allocator keeping
+freed pages), the allocator (run as a script, it re-executes on jemalloc as `parley` does:
+pipeline/allocator.py), engine free blocks before / after, live asyncio tasks and threads before / after,
 per-session p50 / p90 perceived latency, and what the last request sent (messages, tokens
 against the context window, the system prompt first). Each question waits for the previous
 reply to play out. Default:
@@ -25,6 +27,7 @@ import numpy as np
 
 from benchmarks.voice_report import cpu_model
 from parley.audio import resample
+from pipeline.allocator import allocator_in_use, heap_in_use_mb, reexec_under_jemalloc
 
 FRAME = 320  # 20 ms at 16 kHz
 QUESTION = "What is the weather like today?"
@@ -44,19 +47,20 @@ def speech() -> np.ndarray:
     return np.concatenate([np.zeros(4800, np.float32), x, np.zeros(3200, np.float32)])
 
 
-def components(real: bool):
+def components(real: bool, **overrides):
+    """The session config (SessionConfig fields in `overrides`) and its loaded components."""
     from pipeline.components import load_components
     from pipeline.config import SessionConfig
 
     if real:
-        cfg = SessionConfig(preemptive=False)
+        cfg = SessionConfig(preemptive=False, **overrides)
         return cfg, load_components(cfg)
     from llm_engine import FakeLLM
     from stt import FakeTranscriber
     from tts import FakeSynthesizer
     from turn_detection import FakeEndOfTurnDetector
 
-    cfg = SessionConfig(llm="fake", stt="fake", tts="fake", preemptive=False)
+    cfg = SessionConfig(llm="fake", stt="fake", tts="fake", preemptive=False, **overrides)
     return cfg, load_components(
         cfg, engine=FakeLLM(["It is sunny and warm today."], ttft_s=0.1, token_s=0.02),
         detector=FakeEndOfTurnDetector(silence_s=0.2), synthesizer=FakeSynthesizer(first_audio_delay_s=0.05, rtf=0.05),
@@ -64,14 +68,30 @@ def components(real: bool):
                                                     final_delay_s=0.05))
 
 
-def _budgets(events: list[dict]) -> int:
-    return sum(e["type"] == "budget" for e in events)
+class _Tally:
+    """What the soak reads from a session's events, kept as counts: a harness that kept every
+    event would itself grow ~10 KB a turn, ten times the memory target."""
 
+    def __init__(self) -> None:
+        self.budgets, self.errors, self.spoke, self.state = 0, 0, False, "listening"
+        self.perceived: list[float] = []
+        self.last_budget: dict | None = None
 
-def _played_out(events: list[dict], since: int) -> bool:
-    """The agent spoke after event `since` and is back to listening (its reply has played)."""
-    states = [e["agent"] for e in events[since:] if e["type"] == "state"]
-    return "speaking" in states and states[-1] == "listening"
+    def __call__(self, event: dict) -> None:
+        if event["type"] == "budget":
+            self.budgets += 1
+            self.last_budget = event
+            if event["perceived_ms"] is not None:
+                self.perceived.append(float(event["perceived_ms"]))
+        elif event["type"] == "error":
+            self.errors += 1
+        elif event["type"] == "state":
+            self.state = event["agent"]
+            self.spoke = self.spoke or self.state == "speaking"
+
+    def played_out(self) -> bool:
+        """The agent spoke since the last `spoke = False` and is back to listening."""
+        return self.spoke and self.state == "listening"
 
 
 async def _listen(vs, until, limit_s: float) -> bool:
@@ -88,6 +108,7 @@ def _history(vs, engine, instructions: str) -> dict:
     msgs = getattr(vs.parts.llm, "last_messages", [])
     tokens = len(engine.encode_chat(msgs)) if msgs and hasattr(engine, "encode_chat") else None
     return {"messages": len(msgs), "chat_items": len(vs.parts.agent.chat_ctx.items),
+            "session_items": len(vs.session.history.items),
             "system_first": bool(msgs) and msgs[0] == {"role": "system", "content": instructions},
             "prompt_tokens": tokens, "token_limit": getattr(engine, "token_limit", None)}
 
@@ -95,38 +116,36 @@ def _history(vs, engine, instructions: str) -> dict:
 async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict], speed: float) -> dict:
     from pipeline.session import start_voice_session
 
-    events: list[dict] = []
-    vs = await start_voice_session(cfg, comps, lambda pcm, rate: None, events.append)
+    tally = _Tally()
+    vs = await start_voice_session(cfg, comps, lambda pcm, rate: None, tally)
     pcm = np.round(audio * 32767).astype(np.int16)
     lost = 0
     try:
         for turn in range(turns):
-            since, t0 = len(events), time.monotonic()
+            tally.spoke, t0 = False, time.monotonic()
             for k, i in enumerate(range(0, len(pcm), FRAME)):
                 vs.push_audio(pcm[i:i + FRAME], 16_000)
                 await asyncio.sleep(max(0.0, t0 + (k + 1) * 0.02 / speed - time.monotonic()))
-            if not await _listen(vs, lambda n=turn + 1 - lost: _budgets(events) >= n, 15):
+            if not await _listen(vs, lambda n=turn + 1 - lost: tally.budgets >= n, 15):
                 lost += 1
             # the reply plays out before the next question (barge-in would cut it short)
-            await _listen(vs, lambda s=since: _played_out(events, s), 30)
+            await _listen(vs, tally.played_out, 30)
             await _listen(vs, lambda: False, 0.8)  # silence between turns
-            samples.append({"rss_mb": rss_mb(), "tasks": len(asyncio.all_tasks()),
+            samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(), "tasks": len(asyncio.all_tasks()),
                             "threads": threading.active_count(),
                             "free_blocks": getattr(comps.engine, "num_free_blocks", None)})
         history = _history(vs, comps.engine, cfg.instructions)
     finally:
         await vs.aclose()
-    budgets = [e for e in events if e["type"] == "budget"]
-    perceived = [e["perceived_ms"] for e in budgets if e["perceived_ms"] is not None]
+    last, perceived = tally.last_budget, tally.perceived
     # an acknowledged turn has no first clause of its own (the acknowledgement was spoken first)
-    na = {"first_clause"} if budgets and budgets[-1]["acknowledged"] else set()
-    missing = sorted({s["name"] for s in (budgets[-1]["stages"] if budgets else []) if s.get("ms") is None} - na)
-    return {"turns": turns, "answered": len(budgets), "lost": turns - len(budgets),
-            "errors": sum(e["type"] == "error" for e in events),
+    na = {"first_clause"} if last and last["acknowledged"] else set()
+    missing = sorted({s["name"] for s in (last["stages"] if last else []) if s.get("ms") is None} - na)
+    return {"turns": turns, "answered": tally.budgets, "lost": turns - tally.budgets, "errors": tally.errors,
             "p50_ms": float(np.percentile(perceived, 50)) if perceived else None,
             "p90_ms": float(np.percentile(perceived, 90)) if perceived else None,
-            "last_budget_complete": bool(budgets) and perceived != [] and budgets[-1]["perceived_ms"] is not None
-            and not missing, "last_budget_missing": missing, "history": history}
+            "last_budget_complete": last is not None and last["perceived_ms"] is not None and not missing,
+            "last_budget_missing": missing, "history": history}
 
 
 def slope_per_100(ys: list[float]) -> float | None:
@@ -145,12 +164,14 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
     t0 = time.monotonic()
     per = await asyncio.gather(*(_session(cfg, comps, audio, turns, samples, speed) for _ in range(n)))
     await asyncio.sleep(1.0)  # let closed sessions' threads end
-    series = {k: [s[k] for s in samples] for k in ("rss_mb", "tasks", "threads", "free_blocks")}
+    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "tasks", "threads", "free_blocks")}
     return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
             "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
             "errors": sum(p["errors"] for p in per), "rss_slope_mb_per_100_turns": slope_per_100(series["rss_mb"]),
             "rss_mb_end": samples[-1]["rss_mb"] if samples else None,
             "rss_mb_series": [round(s["rss_mb"], 1) for s in samples],  # after each turn, in finishing order
+            # what malloc has handed out and not had back (pipeline.allocator.heap_in_use_mb)
+            "heap_mb_series": [None if s["heap_mb"] is None else round(s["heap_mb"], 1) for s in samples],
             "slopes_per_100_turns": {k: slope_per_100(v) for k, v in series.items() if k != "rss_mb"},
             "during": {k: [min(v), max(v)] for k, v in series.items() if v and None not in v},
             "free_blocks": [blocks0, getattr(engine, "num_free_blocks", None)],
@@ -176,7 +197,7 @@ def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0) -> dict
     audio = speech()
     levels = [asyncio.run(level(cfg, comps, audio, n, turns, speed)) for n in sessions]
     return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "speed": speed,
-            "cpu": cpu_model(), "levels": levels}
+            "cpu": cpu_model(), "allocator": allocator_in_use(), "levels": levels}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -200,4 +221,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    reexec_under_jemalloc()  # as `parley` does: a long run on glibc malloc measures its arenas
     main()

@@ -1,11 +1,11 @@
 """A timed fake of LLMEngine for pipeline tests: scripted replies, configurable time to first
 token and per-token delay, the same public surface (generate, chat, encode_chat, add_request,
-stream_chat -> ChatStream, prefill, abort, ensure_worker, num_blocks / num_free_blocks) and the
-same error rules, no model. A "token" is a word with its leading space.
+stream_chat -> ChatStream, prefill, abort, ensure_worker, num_blocks / num_free_blocks, token_limit)
+and the same error rules, no model. A "token" is a word with its leading space.
 
 Requests play in their own thread and call the sink like the engine thread does. A request
 holds ceil(tokens / block_size) "blocks" while it runs; num_cached_tokens is the longest
-common token prefix with any earlier prompt or prefill, rounded down to whole blocks."""
+common token prefix with any of the newest SEEN_KEPT prompts or prefills, rounded down to whole blocks."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import itertools
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from llm_engine.request import Sink
 from llm_engine.sampling_params import SamplingParams
 from llm_engine.streaming import ChatStream
 
+SEEN_KEPT = 256
 Reply = str | Callable[[list[dict[str, Any]]], str]
 
 
@@ -28,11 +30,13 @@ class FakeLLM:
     """Reply k is script[k % len(script)] (a string, or a function of the messages)."""
 
     def __init__(self, script: list[Reply] | tuple[Reply, ...] = ("Sure, I can help with that.",), *,
-                 ttft_s: float = 0.05, token_s: float = 0.01, num_blocks: int = 1024, block_size: int = 16) -> None:
+                 ttft_s: float = 0.05, token_s: float = 0.01, num_blocks: int = 1024, block_size: int = 16,
+                 max_model_len: int = 8192) -> None:
         if not script or ttft_s < 0 or token_s < 0:
             raise ValueError("need a non-empty script and delays >= 0")
-        if num_blocks <= 0 or block_size <= 0:
-            raise ValueError("num_blocks and block_size must be positive")
+        if num_blocks <= 0 or block_size <= 0 or max_model_len <= 0:
+            raise ValueError("num_blocks, block_size and max_model_len must be positive")
+        self.max_model_len = max_model_len
         self.script, self.ttft_s, self.token_s = list(script), ttft_s, token_s
         self.num_blocks, self.block_size = num_blocks, block_size
         self._turn = itertools.count()
@@ -40,7 +44,8 @@ class FakeLLM:
         self._lock = threading.Lock()
         self._live: dict[str, threading.Event] = {}  # request id -> aborted flag
         self._held: dict[str, int] = {}  # request id -> blocks it holds
-        self._seen: list[list[int]] = []  # prompts computed so far (the "prefix cache")
+        # the newest prompts computed (the "prefix cache"; bounded, as the engine's blocks are)
+        self._seen: deque[list[int]] = deque(maxlen=SEEN_KEPT)
         self.requests: list[list[dict[str, Any]]] = []  # every conversation asked, in order
         self.prefills: list[list[dict[str, Any]]] = []  # every conversation prefilled, in order
 
@@ -50,6 +55,18 @@ class FakeLLM:
             raise ValueError("empty conversation")
         text = " ".join(str(m.get("content", "")) for m in messages)
         return [hash(w) % 50000 for w in text.split()] or [0]
+
+    def _prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """encode_chat, refusing a prompt past the window as the engine does."""
+        ids = self.encode_chat(messages)
+        if len(ids) >= self.token_limit:
+            raise ValueError(f"prompt has {len(ids)} tokens; the limit is {self.token_limit - 1}")
+        return ids
+
+    @property
+    def token_limit(self) -> int:
+        """The longest prompt + reply, in tokens (the engine's context window)."""
+        return self.max_model_len
 
     @property
     def num_free_blocks(self) -> int:
@@ -78,13 +95,13 @@ class FakeLLM:
 
     def stream_chat(self, messages: list[dict[str, Any]], params: SamplingParams | None = None,
                     request_id: str | None = None) -> ChatStream:
-        self.encode_chat(messages)  # same validation as the engine: raises here
+        self._prompt_ids(messages)  # same validation as the engine: raises here
         rid = self._new_id(request_id)
         return ChatStream(rid, lambda sink: self._start(messages, params, rid, sink), self.abort)
 
     def prefill(self, messages: list[dict[str, Any]], request_id: str | None = None) -> str:
         """Records the prompt as cached (at once); later prompts extending it report the hit."""
-        ids = self.encode_chat(messages)
+        ids = self._prompt_ids(messages)
         rid = self._new_id(request_id)
         with self._lock:
             self.prefills.append(list(messages))
@@ -120,7 +137,7 @@ class FakeLLM:
 
     def _start(self, messages: list[dict[str, Any]], params: SamplingParams | None, rid: str,
                sink: Sink | None) -> str:
-        ids = self.encode_chat(messages)
+        ids = self._prompt_ids(messages)
         tokens, reason = self._reply(messages, params)
         ev = threading.Event()
         with self._lock:
@@ -176,7 +193,7 @@ class FakeLLM:
         return tokens, reason
 
     def _finish(self, rid: str, messages: list[dict[str, Any]], params: SamplingParams | None) -> RequestOutput:
-        ids = self.encode_chat(messages)
+        ids = self._prompt_ids(messages)
         tokens, reason = self._reply(messages, params)
         t0 = time.perf_counter()
         time.sleep(self.ttft_s + self.token_s * max(0, len(tokens) - 1))

@@ -8,6 +8,7 @@ import importlib
 import sys
 
 from parley.errors import ParleyError
+from pipeline.allocator import reexec_under_jemalloc
 
 COMMAND_MODULES = (
     "pipeline.commands.models",
@@ -29,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the process's own command line: run it on jemalloc (pipeline/allocator.py)
+        try:
+            reexec_under_jemalloc()
+        except ParleyError as e:
+            print(f"parley: error: {e}", file=sys.stderr)
+            return 2
     parser = build_parser()
     # A command that hands its arguments to a module's own parser (the benchmarks, see
     # commands/bench.py) takes what this parser does not know; any other command refuses it.

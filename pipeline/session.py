@@ -18,6 +18,7 @@ import numpy as np
 from livekit.agents import Agent, AgentSession
 
 from parley.errors import ParleyError
+from pipeline.agent_session import ParleyAgentSession
 from pipeline.audio_io import PacedAudioOutput, PushAudioInput, to_int16_mono
 from pipeline.baseline import build_livekit_default_session
 from pipeline.budget import LatencyBudget
@@ -25,7 +26,7 @@ from pipeline.components import Components, load_components
 from pipeline.config import SessionConfig
 from pipeline.hearing import Hearing, HearingEvent
 from pipeline.plugins.hearing import ParleySTT, ParleyVAD
-from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages, fit_context
+from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages, fit_context, without_dropped
 from pipeline.plugins.tts import ParleyTTS
 from pipeline.transport import AudioSink, EventSink, SessionFactory
 
@@ -93,7 +94,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         if on_hearing is not None:
             on_hearing(ev)
 
-    session = AgentSession(
+    session = ParleyAgentSession(
         stt=ParleySTT(hearing, model_name=config.stt, on_event=on_event), vad=ParleyVAD(hearing),
         llm=llm_plugin, tts=tts_plugin,
         turn_handling={
@@ -115,7 +116,28 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     def _closed(_ev) -> None:  # a room session ended: its threads go with it
         asyncio.get_running_loop().run_in_executor(None, hearing.close)
 
+    forget_dropped_history(session, agent, llm_plugin)
     return SessionParts(session, agent, hearing, budget, llm_plugin, tts_plugin)
+
+
+def forget_dropped_history(session: ParleyAgentSession, agent: Agent, llm_plugin: Any) -> None:
+    """After each reply, the messages its request dropped to fit the history budget leave the
+    agent's chat context (they are never sent again: plugins/llm.without_dropped) and the
+    session's history keeps as many items: a long session's history stays bounded (a 200-turn
+    soak kept all 402 items) and the prefix the engine has cached stays the same."""
+    pending: set[asyncio.Task] = set()
+
+    @session.on("conversation_item_added")
+    def _forget(ev) -> None:
+        if getattr(ev.item, "role", None) != "assistant":
+            return
+        trimmed = without_dropped(agent.chat_ctx, getattr(llm_plugin, "last_messages", []))
+        if trimmed is None:
+            return
+        task = asyncio.get_running_loop().create_task(agent.update_chat_ctx(trimmed))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        session.trim_history(len(trimmed.items))
 
 
 def _llm_witness(config: SessionConfig, components: Components) -> bool:

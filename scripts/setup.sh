@@ -6,11 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
-APT_PACKAGES=(espeak-ng g++ flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts chromium chromium-driver)
+APT_PACKAGES=(espeak-ng g++ flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts chromium chromium-driver libjemalloc2)
 # espeak-ng: the fallback TTS backend and a test voice; g++: the CPU kernels; flite: voices of the
 # voice benchmark's sample (benchmarks/make_voice_sample.py), the STT benchmark and the turn-detection
 # families, with festival and its three American voices;
-# chromium(-driver): the talk page's browser test
+# chromium(-driver): the talk page's browser test; libjemalloc2: the allocator `parley` runs on (pipeline/allocator.py)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -9,7 +9,7 @@ import pytest
 
 from llm_engine import LLMEngine
 from pipeline.budget import BudgetConfig, LatencyBudget, ResponsePolicy
-from pipeline.plugins.llm import fit_context
+from pipeline.plugins.llm import chat_messages, fit_context, without_dropped
 
 pytestmark = pytest.mark.unit
 
@@ -148,6 +148,52 @@ def test_a_growing_history_keeps_its_start_for_several_turns():
     # a start that moved every turn re-prefilled the whole window every turn; a quarter of the
     # window (~128 tokens, ~2.5 turns here) per move: it may move at most every other turn
     assert moves <= (len(starts) - starts.index(next(s for s in starts if s))) / 2, starts
+
+
+def test_forgetting_what_was_dropped_sends_the_same_requests_and_bounds_the_history():
+    # two sessions side by side, one keeping every message, one forgetting what each request
+    # dropped (as pipeline/session.py does after each reply): every request must be the same
+    from livekit.agents import llm
+
+    engine = LLMEngine.from_pretrained(max_model_len=512)
+    full, kept = llm.ChatContext.empty(), llm.ChatContext.empty()
+    for ctx in (full, kept):
+        ctx.add_message(role="system", content="You are a helpful voice assistant.")
+    forgot, sizes = 0, []
+    for i in range(60):
+        for ctx in (full, kept):
+            ctx.add_message(role="user", content=f"question {i}: what is the weather like today?")
+        sent = fit_context(engine, chat_messages(full), reserve=60)
+        assert fit_context(engine, chat_messages(kept), reserve=60) == sent, i
+        for ctx in (full, kept):
+            ctx.add_message(role="assistant", content=f"answer {i}: " + "sunny and mild, " * (1 + i % 5))
+        trimmed = without_dropped(kept, sent)
+        if trimmed is not None:
+            forgot += 1
+            assert chat_messages(trimmed) == [*sent, chat_messages(kept)[-1]]  # the system prompt first
+            kept = trimmed
+        sizes.append(len(kept.items))
+    assert forgot >= 3 and max(sizes[30:]) < len(full.items) / 3, sizes
+    assert without_dropped(kept, chat_messages(kept)[:-1]) is None  # nothing dropped: nothing to forget
+
+
+def test_forgetting_drops_every_item_of_a_merged_message_or_nothing():
+    from livekit.agents import llm
+
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="system", content="sys")
+    ctx.add_message(role="user", content="part one")
+    ctx.add_message(role="user", content="part two")  # one message when sent: "part one part two"
+    ctx.add_message(role="assistant", content="reply")
+    ctx.add_message(role="user", content="next")
+    ctx.add_message(role="assistant", content="answer")
+    sent = [{"role": "system", "content": "sys"}, {"role": "assistant", "content": "reply"},
+            {"role": "user", "content": "next"}]
+    trimmed = without_dropped(ctx, sent)
+    assert trimmed is not None and len(trimmed.items) == 4  # both user items went
+    assert chat_messages(trimmed) == [*sent, {"role": "assistant", "content": "answer"}]
+    other = [{"role": "system", "content": "sys"}, {"role": "user", "content": "never said"}, sent[-1]]
+    assert without_dropped(ctx, other) is None  # not this history's request: nothing forgotten
 
 
 async def test_prefill_ahead_caches_the_words_so_far_for_the_real_request():

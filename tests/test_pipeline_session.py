@@ -291,3 +291,20 @@ async def test_a_reply_past_max_tokens_finishes_its_sentence_and_no_more():
     cfg = fake_config(preemptive=False, max_tokens=2, sentence_grace_tokens=3, response=ResponsePolicy(ack_enabled=False))
     _, run = await one_turn(cfg, fake_components(cfg, FakeLLM(["One two three four five six seven."], ttft_s=0.02)))
     assert [e["text"] for e in run.of("reply")] == ["One two three four five"]
+
+
+async def test_an_unrecorded_session_keeps_no_event_log():
+    # livekit keeps every event it emits for a recording's report (~120 KB a turn, measured):
+    # with nothing recording, none is kept, and listeners still get every event
+    cfg = fake_config(preemptive=False)
+    vs, run = await start(cfg, fake_components(cfg, FakeLLM(["It is sunny and warm."], ttft_s=0.05)))
+    seen = []
+    vs.session.on("agent_state_changed", seen.append)
+    try:
+        await play(vs, run, with_silence(piper_speech(QUESTION), 0.3, 0.2))
+        await wait_for(run, lambda: run.of("budget"), 3.0)
+        assert not vs.session.recording
+        assert vs.session._recorded_events == []  # livekit's own list, read by its report
+        assert len(seen) >= 2 and run.of("state")
+    finally:
+        await vs.aclose()

@@ -4,9 +4,11 @@ per session after the sessions close. The long run with the real models is the b
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from benchmarks.soak import main, slope_per_100
+from benchmarks.soak import components, level, main, slope_per_100, speech
 
 pytestmark = [pytest.mark.integration]
 
@@ -31,3 +33,15 @@ def test_the_memory_slope_is_fitted_after_warm_up():
     rising = [100.0 + 0.01 * i for i in range(10)]
     assert slope_per_100(rising) == pytest.approx(1.0)
     assert slope_per_100([1.0]) is None
+
+
+def test_a_long_session_forgets_what_no_request_will_send_again():
+    # a 96-token history budget holds ~4 turns: 12 turns overflow it several times
+    cfg, comps = components(False, max_tokens=8, sentence_grace_tokens=0, context_tokens=96)
+    lvl = asyncio.run(level(cfg, comps, speech(), 1, 12))
+    assert (lvl["answered"], lvl["errors"]) == (12, 0), lvl
+    hist = lvl["per_session"][0]["history"]
+    assert hist["system_first"] and hist["prompt_tokens"] + 8 < 96, hist
+    # the agent keeps the last request's messages and the reply since, not all 25 items
+    assert hist["chat_items"] <= hist["messages"] + 1 < 12, hist
+    assert hist["session_items"] <= hist["chat_items"], hist

@@ -81,6 +81,36 @@ def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
     return without(cuts[lo])
 
 
+def without_dropped(chat_ctx: llm.ChatContext, sent: list[dict[str, str]]) -> llm.ChatContext | None:
+    """A copy of `chat_ctx` (the request's history and what came after it, e.g. the reply)
+    without the oldest items that `fit_context` dropped from the request `sent`; the system
+    messages stay. None when nothing was dropped, or when `sent` is not this history's request.
+
+    Messages fit_context dropped are never sent again (the kept history starts at a cut point
+    that only moves forward), so the session forgets them instead of keeping every turn. The
+    copy's oldest message is the kept start, itself a cut point, and the cut points after it
+    depend only on the messages before them: the next requests keep the same prefix, and
+    the engine's prefix cache still holds it."""
+    full, n = chat_messages(chat_ctx), len(sent) - 1
+    if n < 1 or sent[0]["role"] != "system" or not full or full[0] != sent[0]:
+        return None
+    # where the request's messages are: the newest match (a soak asks the same thing each turn)
+    start = next((p for p in range(len(full) - n, 0, -1) if full[p:p + n] == sent[1:]), None)
+    if start is None or start == 1:
+        return None
+    items = chat_ctx.items
+    system = [i for i, it in enumerate(items) if getattr(it, "role", None) in ("system", "developer")]
+    rest = [i for i in range(len(items)) if i not in set(system)]
+    for k in range(start - 1, len(rest)):  # each dropped message was at least one item
+        trimmed = llm.ChatContext([items[i] for i in system] + [items[i] for i in rest[k:]])
+        msgs = chat_messages(trimmed)
+        if msgs == [full[0], *full[start:]]:
+            return trimmed
+        if len(msgs) < len(full) - start + 1:
+            return None
+    return None
+
+
 def _cut_points(droppable: list[dict[str, str]], chunk: int) -> list[int]:
     """Drop counts the kept history may start at: 0, then one past each further `chunk`
     tokens of droppable messages, then all of them. A cut depends only on the messages before

@@ -1,0 +1,85 @@
+"""The memory allocator a `parley` process runs on.
+
+A voice session's threads (STT, hearing, engine, TTS, livekit's executor) each allocate and
+free buffers of changing sizes. glibc malloc gives each thread an arena and keeps what they
+free: in a real 30-turn session the bytes in use stayed flat (852 MB +- 1) while the arenas
+grew 50 MB and resident memory ~8 MB a turn, even with `malloc_trim` after every turn.
+jemalloc returns freed pages to the system after `dirty_decay_ms`: in the same session it
+stays flat (benchmarks/results/*-soak-*.json: `allocator`).
+
+LD_PRELOAD only works from a process's start, so the `parley` command re-executes itself
+once under jemalloc when the library is installed (Debian: libjemalloc2, which
+scripts/setup.sh installs). `PARLEY_ALLOCATOR=system` keeps glibc's. A program that builds
+sessions itself (pipeline.session) chooses its own allocator: nothing here runs on import.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+from collections.abc import Mapping
+
+from parley.errors import ParleyError
+
+# freed pages go back to the system within a second, from jemalloc's own thread
+MALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000"
+CHOICES = ("jemalloc", "system")
+
+
+def allocator_in_use() -> str:
+    """"jemalloc" when this process has it loaded, else "system" (glibc malloc)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "jemalloc" if "libjemalloc" in f.read() else "system"
+    except OSError:  # no procfs (not Linux): whatever the platform's malloc is
+        return "system"
+
+
+def jemalloc_env(environ: Mapping[str, str], library: str | None) -> dict[str, str] | None:
+    """The environment to re-execute under jemalloc, or None to stay: PARLEY_ALLOCATOR=system,
+    jemalloc already preloaded (by the user, or by the re-execution itself), or no library."""
+    choice = environ.get("PARLEY_ALLOCATOR", "jemalloc")
+    if choice not in CHOICES:
+        raise ParleyError(f"PARLEY_ALLOCATOR must be one of {', '.join(CHOICES)}, got {choice!r}")
+    preload = environ.get("LD_PRELOAD", "")
+    if choice == "system" or library is None or "jemalloc" in preload:
+        return None
+    return {**environ, "LD_PRELOAD": f"{library} {preload}".strip(),
+            "MALLOC_CONF": environ.get("MALLOC_CONF", MALLOC_CONF)}
+
+
+def reexec_under_jemalloc() -> None:
+    """Replace this process by the same command under jemalloc (see jemalloc_env); returns
+    only when it stays as it is. Call first thing in a program's entry point."""
+    env = jemalloc_env(os.environ, ctypes.util.find_library("jemalloc"))
+    if env is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, env)
+
+
+class _MallInfo2(ctypes.Structure):  # glibc >= 2.33, struct mallinfo2
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_in_use_mb() -> float | None:
+    """Bytes malloc has handed out and not had back, in MiB: what the process's native code and
+    Python's large objects hold, without the pages an allocator keeps (RSS minus this, roughly,
+    is the allocator's and the mapped files'). jemalloc's stats.allocated, glibc's mallinfo2
+    (in use + mmapped); None on any other allocator."""
+    libc = ctypes.CDLL(None)
+    if allocator_in_use() == "jemalloc":
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+        epoch = ctypes.c_uint64(1)  # refreshes the statistics
+        libc.mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(ctypes.sizeof(epoch)))
+        if libc.mallctl(b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
+            return None
+        return value.value / 2**20
+    if not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2**20
