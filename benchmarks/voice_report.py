@@ -16,6 +16,7 @@ import numpy as np
 from benchmarks.voice_timeline import Timeline
 from parley.audio import ENGINE_RATE
 from parley.wav import write_wav
+from pipeline.allocator import allocator_in_use
 
 # The targets, for this 2-core CPU with the embedded models, real-time replay.
 TARGET_P50_MS, TARGET_P90_MS, TARGET_FALSE_CUTOFFS, TARGET_SPEEDUP = 600.0, 900.0, 0.05, 2.0
@@ -136,7 +137,8 @@ def write_report(out: Path, results: dict[str, list[dict]], skipped: list[dict],
     first = next(iter(summaries))
     report = {
         "benchmark": "voice", "date": datetime.date.today().isoformat(), "data": data,
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count() or 0}, "options": asdict(opts),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count() or 0, "allocator": allocator_in_use()},
+        "options": asdict(opts),
         "skipped": skipped, "configs": list(results), "failed_configs": failed or {}, "reference": first,
         "summary": summaries, "targets": targets(summaries),
         "ratios_vs_reference": {name: {k: _ratio(summaries[first]["perceived_ms"], s["perceived_ms"], k)
