@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -134,6 +135,9 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(), "tasks": len(asyncio.all_tasks()),
                             "threads": threading.active_count(),
                             "free_blocks": getattr(comps.engine, "num_free_blocks", None)})
+            last = samples[-1]  # progress, and the figures so far if the run is cut short
+            print(f"soak: turn {turn + 1}/{turns} answered {tally.budgets} errors {tally.errors} "
+                  f"rss {last['rss_mb']:.1f} MB heap {last['heap_mb'] or 0:.1f} MB", file=sys.stderr, flush=True)
         history = _history(vs, comps.engine, cfg.instructions)
     finally:
         await vs.aclose()
