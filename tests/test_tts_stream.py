@@ -210,3 +210,21 @@ def test_piper_keeps_no_memory_plan_per_text_length():
     from tts.piper_voice import PiperVoiceModel
 
     assert PiperVoiceModel.default()._voice.session.get_session_options().enable_mem_pattern is False
+
+
+def test_a_long_sentence_gives_its_arena_growth_back():
+    # onnxruntime's arena grew to fit the longest input and kept it: +900 MB after a 112-word
+    # sentence (pipeline.allocator.heap_in_use_mb). Ordinary sentences keep the arena (speed).
+    from pipeline.allocator import heap_in_use_mb
+    from tts.piper_voice import PiperVoiceModel
+
+    voice = PiperVoiceModel.default()
+    for text in ("It is sunny.", "The weather today is sunny and warm, with a light breeze from the west."):
+        voice.synthesize(text)
+    session = voice._voice.session
+    assert session.shrunk == 0  # ordinary sentences: the arena as it is
+    before = heap_in_use_mb()
+    long = " ".join(["The weather today is sunny and warm with a light breeze from the west"] * 8) + "."
+    assert len(voice.synthesize(long)) > 20 * voice.sample_rate
+    assert session.shrunk == 1
+    assert heap_in_use_mb() - before < 50, (before, heap_in_use_mb())
