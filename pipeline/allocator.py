@@ -2,10 +2,11 @@
 
 A voice session's threads (STT, hearing, engine, TTS, livekit's executor) each allocate and
 free buffers of changing sizes. glibc malloc gives each thread an arena and keeps what they
-free: in a real 30-turn session the bytes in use stayed flat (852 MB +- 1) while the arenas
-grew 50 MB and resident memory ~8 MB a turn, even with `malloc_trim` after every turn.
-jemalloc returns freed pages to the system after `dirty_decay_ms`: in the same session it
-stays flat (benchmarks/results/*-soak-*.json: `allocator`).
+free: over the first 9 turns of a real session the bytes in use stayed flat (852 MB +- 1)
+while the arenas grew 51 MB and resident memory 76 MB, with `malloc_trim` after every turn.
+jemalloc returns freed pages to the system after `dirty_decay_ms`: side by side over 50
+turns, resident memory grew 244 MB on glibc and stayed within 10 MB on jemalloc until one
+jump that was Piper's arena, tts/piper_voice.py (benchmarks/results/*-soak-allocator.json).
 
 LD_PRELOAD only works from a process's start, so the `parley` command re-executes itself
 once under jemalloc when the library is installed (Debian: libjemalloc2, which
