@@ -4,7 +4,7 @@ livekit keeps two records that grow with every turn and never shrink while the s
 - `AgentSession.emit` appends every event it emits (VAD metrics, usage updates with deep
   copies of every model's usage, transcripts, state changes) to a list, for the session report
   a LiveKit Cloud job uploads when it ends. Measured in a real 30-turn session
-  (tracemalloc): ~120 KB per turn, 12 MB per 100 turns, most of the Python heap's growth.
+  (tracemalloc): the Python heap grew ~120 KB a turn, ~80 KB of it this list.
   Without a recording (`record` off: every serverless session, and a room job whose server
   records nothing) the list is read by nobody, so it is not kept.
 - `AgentSession.history`, the whole conversation: `trim_history` keeps it to the agent's own

@@ -100,7 +100,7 @@ def without_dropped(chat_ctx: llm.ChatContext, sent: list[dict[str, str]]) -> ll
         return None
     items = chat_ctx.items
     system = [i for i, it in enumerate(items) if getattr(it, "role", None) in ("system", "developer")]
-    rest = [i for i in range(len(items)) if i not in set(system)]
+    rest = sorted(set(range(len(items))) - set(system))
     for k in range(start - 1, len(rest)):  # each dropped message was at least one item
         trimmed = llm.ChatContext([items[i] for i in system] + [items[i] for i in rest[k:]])
         msgs = chat_messages(trimmed)
