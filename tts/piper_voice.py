@@ -63,8 +63,9 @@ class PiperVoiceModel:
 
     def __init__(self, model_path: str | Path, config_path: str | Path | None = None, *, threads: int = 1):
         import onnxruntime as ort
-        from piper import PiperVoice
         from piper.config import PiperConfig
+
+        from tts.espeak_phonemes import LeakFreePiperVoice
 
         model_path = Path(model_path)
         config_path = Path(config_path) if config_path else Path(f"{model_path}.json")
@@ -85,7 +86,7 @@ class PiperVoiceModel:
             session = ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
         except (ValueError, KeyError, OSError, RuntimeError) as e:  # onnxruntime raises RuntimeError subclasses
             raise ModelCorruptError(str(model_path), f"cannot load Piper voice: {e}") from e
-        self._voice = PiperVoice(session=ArenaBoundedSession(session), config=config)
+        self._voice = LeakFreePiperVoice(session=ArenaBoundedSession(session), config=config)
         self.sample_rate = int(config.sample_rate)
 
     @classmethod

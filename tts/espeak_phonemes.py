@@ -1,0 +1,106 @@
+"""Piper's phonemes from espeak-ng, without its bridge's leak.
+
+piper-tts 1.8's C bridge (`piper.espeakbridge.get_phonemes`) appends each clause's tuple to the
+list it returns without releasing its own reference (`PyList_Append(list, Py_BuildValue(...))`),
+so every clause Piper ever reads leaks a tuple and its phoneme string for the process's life:
+2 objects, ~250 bytes a clause; in a real soak 86 KB over 40 turns, the largest unbounded item
+tracemalloc found. Here the same espeak-ng entry point is called through ctypes on the library
+piper has already loaded (same espeak-ng state, same lock), and piper's own post-processing is
+applied to what it returns: language-switch flags dropped, the clause's punctuation kept, NFD
+code points, known vowel clusters merged. Output is identical (tests/test_tts_espeak_phonemes.py
+compares them); a text with piper's inline [[ phonemes ]] or another phoneme type takes piper's
+own path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+from piper import PiperVoice
+from piper import voice as piper_voice
+from piper.config import PhonemeType
+from piper.phonemize_espeak import EspeakPhonemizer, _merge_known_vowel_clusters
+
+_FLAGS = re.compile(r"\([^)]+\)")  # "(en)" ... "(fr)" around words of another language
+_SENTENCE = 0x00080000  # espeak-ng's CLAUSE_TYPE_SENTENCE
+# espeak-ng clause codes (pause | intonation | type) -> the punctuation piper keeps
+_TERMINATORS = {40 | 0x0000 | _SENTENCE: ".", 40 | 0x2000 | _SENTENCE: "?", 45 | 0x3000 | _SENTENCE: "!",
+                20 | 0x1000 | 0x40000: ",", 30 | 0x0000 | 0x40000: ":", 30 | 0x1000 | 0x40000: ";"}
+_CHARS_AUTO, _PHONEMES_IPA = 0, 0x02
+
+
+class EspeakClauses:
+    """text -> [(IPA phonemes, terminator, ends a sentence)] per clause, as the bridge's
+    get_phonemes returns them, from `espeak_TextToPhonemesWithTerminator`."""
+
+    def __init__(self) -> None:
+        from piper import espeakbridge
+
+        fn = ctypes.CDLL(espeakbridge.__file__).espeak_TextToPhonemesWithTerminator  # AttributeError: absent
+        fn.restype = ctypes.c_char_p
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        self._fn = fn
+        self.set_voice = espeakbridge.set_voice  # returns None: nothing to leak
+
+    def __call__(self, text: str) -> list[tuple[str, str, bool]]:
+        buf = ctypes.create_string_buffer(text.replace("\x00", " ").encode("utf-8"))
+        ptr = ctypes.c_void_p(ctypes.addressof(buf))  # espeak-ng advances it; NULL after the last clause
+        code = ctypes.c_int(0)
+        clauses = []
+        while ptr.value is not None:
+            phonemes = self._fn(ctypes.byref(ptr), _CHARS_AUTO, _PHONEMES_IPA, ctypes.byref(code))
+            c = code.value & 0x000FFFFF
+            clauses.append(((phonemes or b"").decode("utf-8", "replace"), _TERMINATORS.get(c, ""),
+                            c & _SENTENCE == _SENTENCE))
+        return clauses
+
+
+def espeak_phonemize(clauses: EspeakClauses, voice: str, text: str,
+                     vowel_clusters=None) -> list[list[str]]:
+    """piper's EspeakPhonemizer.phonemize over `clauses`: phonemes grouped by sentence. The
+    caller holds piper's espeak-ng lock."""
+    clauses.set_voice(voice)
+    sentences: list[list[str]] = []
+    current: list[str] = []
+    for phonemes, terminator, ends_sentence in clauses(text):
+        phonemes = _FLAGS.sub("", phonemes) + terminator
+        if terminator in (",", ":", ";"):  # not a sentence boundary
+            phonemes += " "
+        current.extend(unicodedata.normalize("NFD", phonemes))
+        if ends_sentence:
+            sentences.append(_merge_known_vowel_clusters(current, vowel_clusters) if vowel_clusters else current)
+            current = []
+    if current:  # text without a final sentence terminator
+        sentences.append(_merge_known_vowel_clusters(current, vowel_clusters) if vowel_clusters else current)
+    return sentences
+
+
+def espeak_clauses() -> EspeakClauses | None:
+    """An EspeakClauses, or None when piper's bridge exports no espeak-ng entry point."""
+    try:
+        return EspeakClauses()
+    except (OSError, AttributeError):
+        return None
+
+
+@dataclass
+class LeakFreePiperVoice(PiperVoice):
+    """PiperVoice whose espeak-ng phonemes come through `clauses` (None: piper's own path,
+    leak and all)."""
+
+    clauses: EspeakClauses | None = field(default_factory=espeak_clauses)
+
+    def phonemize(self, text: str) -> list[list[str]]:
+        if (self.clauses is None or self.config.phoneme_type != PhonemeType.ESPEAK or "[[" in text
+                or self.config.espeak_voice == "ar"):
+            return super().phonemize(text)
+        with piper_voice._ESPEAK_PHONEMIZER_LOCK:  # espeak-ng is one process-wide state
+            if piper_voice._ESPEAK_PHONEMIZER is None:  # piper's one-time espeak-ng initialisation
+                piper_voice._ESPEAK_PHONEMIZER = EspeakPhonemizer(self.espeak_data_dir)
+            phonemes = espeak_phonemize(self.clauses, self.config.espeak_voice, text, self.config.vowel_clusters)
+        if phonemes and not phonemes[-1]:
+            phonemes.pop()
+        return phonemes
