@@ -104,6 +104,35 @@ def test_truncate_rolls_back_and_unhashes():
 
 
 @pytest.mark.unit
+def test_cached_blocks_keep_their_tokens_compactly_and_still_hit():
+    # a cached block kept a tuple of its token ids (and so the int objects): ~630 bytes a
+    # block, filled a few blocks a turn over a long session; now 16 int32s in bytes
+    import gc
+    import tracemalloc
+
+    bm = BlockManager(80, 16)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for i in range(8):
+        toks = [50_000 + 7 * i + j for j in range(16 * 8 + 1)]  # fresh ints > 256, as a tokenizer's
+        seq = Sequence("s", toks, GREEDY)
+        bm.allocate(seq, len(toks))
+        seq.num_computed_tokens = len(toks)
+        bm.commit_full_blocks(seq)
+        bm.free_seq(seq)
+    del seq, toks
+    gc.collect()
+    kept = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    # kept per cached block, with the hash map: ~320 bytes; with tuples of ints ~900
+    assert len(bm.cached) == 64 and kept < 64 * 500, kept
+    again = Sequence("t", [50_000 + 7 * 7 + j for j in range(16 * 8 + 1)], GREEDY)
+    bm.match_prefix(again)
+    assert again.num_cached_tokens == 16 * 8
+
+
+@pytest.mark.unit
 def test_sampling_seed_reproducible_and_filters(model_dir):
     eng = engine_for(model_dir)
     p = SamplingParams(max_tokens=16, temperature=1.0, top_k=20, top_p=0.9, min_p=0.05, seed=7,
