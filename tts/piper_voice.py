@@ -25,18 +25,25 @@ class PiperOptions:
     speaker_id: int | None = None
 
 
+MAX_IDS = 250  # phoneme ids Piper runs at once (~25 words): the arena is sized for this, at load
+# words the warm-up reads, cut to MAX_IDS ids
+_WARM_TEXT = ("the weather today is sunny and warm with a light breeze from the west and tomorrow looks "
+              "much the same with clear skies over the whole region from morning until late in the evening")
+
+
 class ArenaBoundedSession:
-    """The onnxruntime session Piper runs, giving back what a long input adds to the arena.
+    """The onnxruntime session Piper runs, giving back what an over-long input adds to the arena.
 
     onnxruntime's CPU arena grows (doubling) to fit the largest input it has seen and never
     shrinks. Measured (jemalloc's heap in use, one process): after sentences of up to 21 words
     221 MB, then one of 28 words 353 MB, 56 words 618 MB, 112 words 1145 MB, kept for the
-    process's life; a 200-turn soak jumped +397 MB once the LLM wrote a long sentence. A run
-    with arena shrinkage frees what it added (93-101 MB after the same texts) but is 13% slower,
-    so only inputs past `shrink_above` phoneme ids (~10 a word) run with it: the arena stays
-    bounded by the sentences of ordinary length, which keep their speed."""
+    process's life; a 200-turn soak jumped +397 MB once the LLM wrote a long sentence. The voice
+    reads long sentences in pieces of at most `MAX_IDS` ids (tts.piper_phonemes) and runs one such
+    piece at load, so the arena reaches its size before the first turn and keeps it. An input
+    longer than that (a piece with no word boundary to cut at) runs with arena shrinkage, which
+    frees what it added but is 13% slower and gives back the warmed size too."""
 
-    def __init__(self, session, shrink_above: int = 250) -> None:
+    def __init__(self, session, shrink_above: int = MAX_IDS) -> None:
         import onnxruntime as ort
 
         if shrink_above < 1:
@@ -65,7 +72,7 @@ class PiperVoiceModel:
         import onnxruntime as ort
         from piper.config import PiperConfig
 
-        from tts.espeak_phonemes import LeakFreePiperVoice
+        from tts.piper_phonemes import ParleyPiperVoice
 
         model_path = Path(model_path)
         config_path = Path(config_path) if config_path else Path(f"{model_path}.json")
@@ -86,8 +93,19 @@ class PiperVoiceModel:
             session = ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
         except (ValueError, KeyError, OSError, RuntimeError) as e:  # onnxruntime raises RuntimeError subclasses
             raise ModelCorruptError(str(model_path), f"cannot load Piper voice: {e}") from e
-        self._voice = LeakFreePiperVoice(session=ArenaBoundedSession(session), config=config)
+        self._voice = ParleyPiperVoice(session=ArenaBoundedSession(session), config=config,
+                                       max_phonemes=(MAX_IDS - 3) // 2)  # ids: BOS, PAD, 2 a phoneme, EOS
         self.sample_rate = int(config.sample_rate)
+        self._warm_arena()
+
+    def _warm_arena(self) -> None:
+        """Run one input of the largest size the voice runs, so the arena grows here, at load
+        (~0.6 s, heap 97 -> 352 MB), not at the first long sentence of a conversation: a soak's
+        heap stepped +132 MB at turn 50 without it. An ordinary 14-word sentence takes it to
+        ~220 MB anyway."""
+        voice = self._voice
+        phonemes = [p for piece in voice.phonemize(_WARM_TEXT) for p in [*piece, " "]]
+        voice.phoneme_ids_to_audio(voice.phonemes_to_ids(phonemes[: voice.max_phonemes]))
 
     @classmethod
     def default(cls, *, threads: int = 1) -> PiperVoiceModel:

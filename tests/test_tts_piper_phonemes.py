@@ -1,4 +1,5 @@
-"""Piper's phonemes through our espeak-ng call: the same as piper's own, without its leak."""
+"""Piper's phonemes through our espeak-ng call: the same as piper's own, without its leak; long
+sentences in pieces the arena is sized for."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from piper.voice import PiperVoice
 
 from tests.speech import _piper
-from tts.espeak_phonemes import EspeakClauses, LeakFreePiperVoice
+from tts.piper_phonemes import EspeakClauses, ParleyPiperVoice, split_sentence
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +42,7 @@ def _growth(phonemize, calls: int = 200) -> int:
 
 def test_the_embedded_voice_phonemizes_through_our_call():
     voice = _piper()._voice
-    assert isinstance(voice, LeakFreePiperVoice) and isinstance(voice.clauses, EspeakClauses)
+    assert isinstance(voice, ParleyPiperVoice) and isinstance(voice.clauses, EspeakClauses)
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -60,9 +61,28 @@ def test_clauses_carry_their_punctuation_and_sentence_ends():
 def test_phonemizing_keeps_nothing_per_clause():
     # piper-tts 1.8's bridge keeps every clause's tuple and phoneme string: ~490 bytes for this
     # three-clause text, every call, for the process's life. If piper stops leaking, the second
-    # assertion says so, and tts/espeak_phonemes.py can go.
+    # assertion says so, and EspeakClauses can go.
     voice = _piper()._voice
     ours = _growth(voice.phonemize)
     piper_own = _growth(lambda t: PiperVoice.phonemize(voice, t))
     assert ours < 5_000, ours
     assert piper_own > 200 * 300, f"piper's bridge no longer leaks ({piper_own} bytes after 200 calls)"
+
+
+def test_a_long_sentence_is_cut_at_a_clause_or_word_into_pieces_that_fit():
+    words = [list(w) for w in ("aa", "bbb", "c,", "dddd", "ee", "f", "gggggg")]
+    phonemes = [p for w in words for p in [*w, " "]][:-1]  # aa bbb c, dddd ee f gggggg
+    pieces = split_sentence(phonemes, 12)
+    assert all(len(p) <= 12 for p in pieces[:-1]) and [p for piece in pieces for p in [*piece, " "]][:-1] == phonemes
+    assert "".join(pieces[0]) == "aa bbb c,"  # the clause mark, not the last word that fits
+    assert "".join(pieces[1]) == "dddd ee f"
+    assert split_sentence(list("x" * 30), 12) == [list("x" * 30)]  # nowhere to cut: whole
+    assert split_sentence(phonemes, 100) == [phonemes]
+
+
+def test_the_voice_reads_a_long_sentence_in_pieces_of_its_bound():
+    voice = _piper()._voice
+    text = " ".join(["the weather today is sunny and warm with a light breeze"] * 6) + "."
+    pieces = voice.phonemize(text)
+    assert len(pieces) > 1 and max(len(p) for p in pieces) <= voice.max_phonemes
+    assert [p for piece in pieces for p in [*piece, " "]][:-1] == PiperVoice.phonemize(voice, text)[0]

@@ -1,4 +1,5 @@
-"""Piper's phonemes from espeak-ng, without its bridge's leak.
+"""The phonemes Piper is given: from espeak-ng without its bridge's leak, and long sentences in
+pieces the onnxruntime arena is sized for.
 
 piper-tts 1.8's C bridge (`piper.espeakbridge.get_phonemes`) appends each clause's tuple to the
 list it returns without releasing its own reference (`PyList_Append(list, Py_BuildValue(...))`),
@@ -7,9 +8,14 @@ so every clause Piper ever reads leaks a tuple and its phoneme string for the pr
 tracemalloc found. Here the same espeak-ng entry point is called through ctypes on the library
 piper has already loaded (same espeak-ng state, same lock), and piper's own post-processing is
 applied to what it returns: language-switch flags dropped, the clause's punctuation kept, NFD
-code points, known vowel clusters merged. Output is identical (tests/test_tts_espeak_phonemes.py
+code points, known vowel clusters merged. Output is identical (tests/test_tts_piper_phonemes.py
 compares them); a text with piper's inline [[ phonemes ]] or another phoneme type takes piper's
 own path.
+
+A sentence longer than `max_phonemes` is read in pieces, cut after its last clause mark or word
+that fits: onnxruntime's arena grows to the largest input it has run and keeps that size
+(tts.piper_voice.ArenaBoundedSession), so bounding the input bounds the arena, and the voice
+warms it to that bound at load rather than in the middle of a conversation.
 """
 
 from __future__ import annotations
@@ -86,21 +92,44 @@ def espeak_clauses() -> EspeakClauses | None:
         return None
 
 
+def split_sentence(phonemes: list[str], max_phonemes: int) -> list[list[str]]:
+    """A sentence's phonemes in pieces of at most `max_phonemes`, each cut at a word boundary
+    (the space dropped): after the last clause mark (", " ...) in the second half of the piece,
+    else at its last space. A stretch with no space in it stays whole."""
+    pieces: list[list[str]] = []
+    rest = phonemes
+    while len(rest) > max_phonemes:
+        spaces = [i for i in range(1, max_phonemes + 1) if rest[i] == " "]
+        if not spaces:
+            break
+        clauses = [i for i in spaces if rest[i - 1] in ",;:" and i >= max_phonemes // 2]
+        cut = (clauses or spaces)[-1]
+        pieces.append(rest[:cut])
+        rest = rest[cut + 1:]
+    pieces.append(rest)
+    return pieces
+
+
 @dataclass
-class LeakFreePiperVoice(PiperVoice):
-    """PiperVoice whose espeak-ng phonemes come through `clauses` (None: piper's own path,
-    leak and all)."""
+class ParleyPiperVoice(PiperVoice):
+    """PiperVoice whose espeak-ng phonemes come through `clauses` (None: piper's own path, leak
+    and all), its sentences in pieces of at most `max_phonemes` (0: whole)."""
 
     clauses: EspeakClauses | None = field(default_factory=espeak_clauses)
+    max_phonemes: int = 0
 
     def phonemize(self, text: str) -> list[list[str]]:
         if (self.clauses is None or self.config.phoneme_type != PhonemeType.ESPEAK or "[[" in text
                 or self.config.espeak_voice == "ar"):
-            return super().phonemize(text)
-        with piper_voice._ESPEAK_PHONEMIZER_LOCK:  # espeak-ng is one process-wide state
-            if piper_voice._ESPEAK_PHONEMIZER is None:  # piper's one-time espeak-ng initialisation
-                piper_voice._ESPEAK_PHONEMIZER = EspeakPhonemizer(self.espeak_data_dir)
-            phonemes = espeak_phonemize(self.clauses, self.config.espeak_voice, text, self.config.vowel_clusters)
-        if phonemes and not phonemes[-1]:
-            phonemes.pop()
-        return phonemes
+            sentences = super().phonemize(text)
+        else:
+            with piper_voice._ESPEAK_PHONEMIZER_LOCK:  # espeak-ng is one process-wide state
+                if piper_voice._ESPEAK_PHONEMIZER is None:  # piper's one-time espeak-ng initialisation
+                    piper_voice._ESPEAK_PHONEMIZER = EspeakPhonemizer(self.espeak_data_dir)
+                sentences = espeak_phonemize(self.clauses, self.config.espeak_voice, text,
+                                             self.config.vowel_clusters)
+            if sentences and not sentences[-1]:
+                sentences.pop()
+        if self.max_phonemes <= 0:
+            return sentences
+        return [piece for s in sentences for piece in split_sentence(s, self.max_phonemes)]
