@@ -25,7 +25,7 @@ class PiperOptions:
     speaker_id: int | None = None
 
 
-MAX_IDS = 250  # phoneme ids Piper runs at once (~25 words): the arena is sized for this, at load
+MAX_IDS = 250  # phoneme ids Piper runs at once (~115 characters, ~20 words): the arena is sized for this, at load
 # words the warm-up reads, cut to MAX_IDS ids
 _WARM_TEXT = ("the weather today is sunny and warm with a light breeze from the west and tomorrow looks "
               "much the same with clear skies over the whole region from morning until late in the evening")
