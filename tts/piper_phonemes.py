@@ -68,6 +68,9 @@ def espeak_phonemize(clauses: EspeakClauses, voice: str, text: str,
                      vowel_clusters=None) -> list[list[str]]:
     """piper's EspeakPhonemizer.phonemize over `clauses`: phonemes grouped by sentence. The
     caller holds piper's espeak-ng lock."""
+    def merged(phonemes: list[str]) -> list[str]:
+        return _merge_known_vowel_clusters(phonemes, vowel_clusters) if vowel_clusters else phonemes
+
     clauses.set_voice(voice)
     sentences: list[list[str]] = []
     current: list[str] = []
@@ -77,10 +80,10 @@ def espeak_phonemize(clauses: EspeakClauses, voice: str, text: str,
             phonemes += " "
         current.extend(unicodedata.normalize("NFD", phonemes))
         if ends_sentence:
-            sentences.append(_merge_known_vowel_clusters(current, vowel_clusters) if vowel_clusters else current)
+            sentences.append(merged(current))
             current = []
     if current:  # text without a final sentence terminator
-        sentences.append(_merge_known_vowel_clusters(current, vowel_clusters) if vowel_clusters else current)
+        sentences.append(merged(current))
     return sentences
 
 
