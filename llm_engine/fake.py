@@ -108,6 +108,10 @@ class FakeLLM:
             self._seen.append(ids)
         return rid
 
+    def warmup(self, messages: list[dict[str, Any]] | None = None) -> float:
+        """Nothing to warm: scripted replies have no one-time costs."""
+        return 0.0
+
     def ensure_worker(self) -> None:
         """Nothing to start: each request plays in its own thread."""
 

@@ -121,7 +121,9 @@ class ResponsePolicy:
     waits for more words when there is time to spare (`first_words`)."""
 
     ack_enabled: bool = True
-    ack_phrases: tuple[str, ...] = ("Mm-hmm.", "Okay.", "Let me see.")
+    # one word each: a late reply's first chunk is one word, so a one-word phrase is a whole
+    # chunk and is played from the synthesizer's memory (Synthesizer.remember), not synthesized
+    ack_phrases: tuple[str, ...] = ("Mm-hmm.", "Okay.", "Sure.")
     ack_margin_s: float = 0.25  # say it this long before the first-audio deadline (TTS + playout)
     # ...but never before the reply had this long to start: past the deadline already, text due
     # any moment would otherwise wait behind ~0.5 s of "Okay."

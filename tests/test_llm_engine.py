@@ -230,3 +230,17 @@ def test_stop_strings_and_utf8_detok(smollm):
     d = IncrementalDetokenizer(smollm.tokenizer)
     text = "".join(d.add(i) for i in ids) + d.finish()
     assert text == "naïve 日本 🎉 done" and "\ufffd" not in text
+
+
+@pytest.mark.integration
+def test_warmup_builds_the_speculator_and_leaves_the_system_prompt_cached():
+    from llm_engine.speculative import SpeculativeConfig
+
+    eng = LLMEngine.from_pretrained(max_cache_tokens=1024, speculative=SpeculativeConfig(method="ngram"))
+    system = [{"role": "system", "content": "You are a terse assistant who answers in one short sentence."}]
+    assert eng.spec_metrics is None  # built lazily, by the first step
+    assert eng.warmup(system) > 0
+    assert eng.spec_metrics is not None
+    assert not eng.has_unfinished() and eng.bm.num_free_blocks == len(eng.bm.blocks)
+    out = eng.chat([[*system, {"role": "user", "content": "Hi."}]], SamplingParams(max_tokens=2))[0]
+    assert out.num_cached_tokens >= eng.bm.block_size  # the system prompt's full blocks hit

@@ -308,3 +308,32 @@ async def test_an_unrecorded_session_keeps_no_event_log():
         assert len(seen) >= 2 and run.of("state")
     finally:
         await vs.aclose()
+
+
+class _WarmRecorder(FakeLLM):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.warmed: list = []
+
+    def warmup(self, messages=None) -> float:
+        self.warmed.append(messages)
+        return 0.0
+
+
+@pytest.mark.unit
+def test_load_components_warms_the_stages_it_builds_and_not_those_handed_in(monkeypatch):
+    import llm_engine
+
+    built: list[_WarmRecorder] = []
+
+    def recorder(*_a, **_k):
+        built.append(_WarmRecorder(["Hi."]))
+        return built[-1]
+
+    monkeypatch.setattr(llm_engine, "FakeLLM", recorder)
+    cfg = SessionConfig(llm="fake", stt="fake", tts="fake", instructions="Be brief.")
+    load_components(cfg, detector=FakeEndOfTurnDetector(silence_s=0.2))
+    assert [e.warmed for e in built] == [[[{"role": "system", "content": "Be brief."}]]]
+    handed = _WarmRecorder(["Hi."])
+    load_components(cfg, engine=handed, detector=FakeEndOfTurnDetector(silence_s=0.2))
+    assert handed.warmed == []

@@ -231,3 +231,23 @@ def test_the_arena_reaches_its_size_at_load_and_keeps_it():
     # warmed arena with it: shrinkage frees every unused chunk)
     assert len(voice._voice.phoneme_ids_to_audio([1, 0] + [20, 0] * 300 + [2])) > 0 and MAX_IDS < 2 * 300 + 3
     assert session.shrunk == 1 and heap_in_use_mb() < loaded + 10, (loaded, heap_in_use_mb())
+
+
+@pytest.mark.unit
+def test_a_remembered_phrase_is_spoken_from_memory_in_a_stream():
+    synth = FakeSynthesizer(first_audio_delay_s=0.2, rtf=0.0)
+    assert synth.remember(("Okay.", "Sure.")) >= 0.4  # synthesized now, at load
+    assert synth.texts == ["Okay.", "Sure."]
+    once = synth.synthesize("Okay.")
+    assert once.metrics.seconds == 0.0 and synth.texts == ["Okay.", "Sure."]
+    once.audio[:] = 0.0  # a copy: the kept audio is not the caller's
+    assert np.abs(synth.synthesize("Okay.").audio).max() > 0.1
+    stream = synth.stream(sample_rate=16_000)
+    for word in ("Okay. ", "The ", "weather ", "is ", "fine."):
+        stream.push_text(word)
+    stream.end_input()
+    first = stream.read(timeout=5.0)
+    assert first is not None and first.text == "Okay." and first.chunk_index == 0
+    rest = _collect(stream)
+    # the backend was asked for the rest only
+    assert synth.texts == ["Okay.", "Sure.", "The weather is fine."] and rest[-1].text == "The weather is fine."
