@@ -53,7 +53,8 @@ class LLMEngine:
         nb = config.resolved_num_blocks()
         self.bm = BlockManager(nb, config.block_size, config.enable_prefix_caching)
         self.kv = KVCache(mcfg, nb, config.block_size, config.resolved_dtype(), self.device)
-        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.hint_chunk_tokens)
         graphs = None
         if self.device.type == "cuda" and not config.enforce_eager:
             from llm_engine.cuda_graph import CudaGraphRunner

@@ -1,9 +1,12 @@
 """Continuous batching: running sequences first (decodes and prefill chunks), then admissions,
 under a per-step token budget; preemption by recompute when the cache is full.
 
-Prefill-ahead sequences (Sequence.prefill_only, engine.prefill()) are hints, never a reason
-to evict a request's blocks: when the cache is full they are the first victims, one that does
-not fit is dropped (listed in `dropped` for the engine to finish), and they never preempt."""
+Prefill-ahead sequences (Sequence.is_hint, engine.prefill()) are hints, never a reason to
+evict a request's blocks: when the cache is full they are the first victims, one that does
+not fit is dropped (listed in `dropped` for the engine to finish), and they never preempt.
+Nor do they delay anyone: a hint runs only in a step no other request needs, `hint_chunk`
+tokens at a time. (In one chunk, a 358-token history prefilled ahead took one 1.8 s step on a
+2-core Zen 1, and the turn detector's request and the reply that came meanwhile waited it out.)"""
 
 from __future__ import annotations
 
@@ -29,27 +32,32 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 hint_chunk: int = 16) -> None:
+        if hint_chunk <= 0:
+            raise ValueError(f"hint_chunk must be positive, got {hint_chunk}")
         self.bm = block_manager
         self.max_num_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
+        self.hint_chunk = min(hint_chunk, max_num_batched_tokens)
         self.waiting: deque[Sequence] = deque()
+        self.hints: deque[Sequence] = deque()  # hints not yet admitted (FIFO, behind `waiting`)
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.dropped: list[Sequence] = []  # prefill-only sequences given up for lack of blocks
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        (self.hints if seq.is_hint else self.waiting).append(seq)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.hints or self.running)
 
     def remove(self, seq: Sequence) -> None:
-        """Drop seq from either queue and free its blocks (finish or abort)."""
-        if seq in self.running:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
+        """Drop seq from any queue and free its blocks (finish or abort)."""
+        for queue in (self.running, self.waiting, self.hints):
+            if seq in queue:
+                queue.remove(seq)
+                break
         self.bm.free_seq(seq)
 
     def _drop(self, seq: Sequence) -> None:
@@ -74,9 +82,39 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def schedule(self) -> ScheduledBatch:
-        budget = self.budget
         batch = ScheduledBatch([], [])
-        for seq in list(self.running):
+        self._schedule_requests(batch)
+        if not batch.seqs:  # nobody else needs this step: one chunk of a hint
+            self._schedule_hint(batch)
+        return batch
+
+    def _schedule_hint(self, batch: ScheduledBatch) -> None:
+        seq = next((s for s in self.running if s.is_hint), None)
+        if seq is None:
+            if not self.hints or len(self.running) >= self.max_num_seqs:
+                return
+            seq = self.hints.popleft()
+            self.bm.match_prefix(seq)
+            n = min(seq.num_uncomputed, self.hint_chunk)
+            if not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                self.bm.free_seq(seq)
+                self.dropped.append(seq)
+                return
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+        else:
+            n = min(seq.num_uncomputed, self.hint_chunk)
+            if not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                self._drop(seq)
+                return
+        batch.seqs.append(seq)
+        batch.num_tokens.append(n)
+
+    def _schedule_requests(self, batch: ScheduledBatch) -> None:
+        """Running requests first, then admissions, under the step's token budget (hints
+        aside)."""
+        budget = self.budget
+        for seq in [s for s in self.running if not s.is_hint]:
             if budget == 0:
                 break
             if seq not in self.running:
@@ -108,4 +146,3 @@ class Scheduler:
             batch.seqs.append(seq)
             batch.num_tokens.append(n)
             budget -= n
-        return batch

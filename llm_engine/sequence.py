@@ -48,6 +48,12 @@ class Sequence:
         return self.token_ids[self.num_prompt_tokens :]
 
     @property
+    def is_hint(self) -> bool:
+        """A prefill ahead of a request (engine.prefill), which no caller waits on; a scored
+        prefill (engine.next_token_probability) has a caller waiting."""
+        return self.prefill_only and not self.score_ids
+
+    @property
     def num_output_tokens(self) -> int:
         return len(self.token_ids) - self.num_prompt_tokens
 

@@ -244,3 +244,34 @@ def test_warmup_builds_the_speculator_and_leaves_the_system_prompt_cached():
     assert not eng.has_unfinished() and eng.bm.num_free_blocks == len(eng.bm.blocks)
     out = eng.chat([[*system, {"role": "user", "content": "Hi."}]], SamplingParams(max_tokens=2))[0]
     assert out.num_cached_tokens >= eng.bm.block_size  # the system prompt's full blocks hit
+
+
+@pytest.mark.unit
+def test_a_prefill_ahead_runs_in_small_chunks_only_in_steps_no_request_needs():
+    from llm_engine.scheduler import Scheduler
+
+    sched = Scheduler(BlockManager(num_blocks=64, block_size=8), max_num_seqs=8, max_num_batched_tokens=512,
+                      hint_chunk=8)
+    hint = Sequence("hint", list(range(5, 45)), GREEDY, prefill_only=True)
+    scored = Sequence("scored", list(range(5, 25)), GREEDY, prefill_only=True, score_ids=(3,))
+    assert hint.is_hint and not scored.is_hint  # a scored prefill has a caller waiting
+
+    def step() -> dict[str, int]:
+        batch = sched.schedule()
+        for seq, n in zip(batch.seqs, batch.num_tokens):
+            seq.num_computed_tokens += n
+        return {s.request_id: n for s, n in zip(batch.seqs, batch.num_tokens)}
+
+    sched.add(hint)
+    assert step() == {"hint": 8}  # one chunk, not the whole prompt
+    req = Sequence("req", list(range(60, 80)), GREEDY)
+    sched.add(req)
+    sched.add(scored)
+    assert step() == {"req": 20, "scored": 20}  # the hint waits while anyone else needs a step
+    sched.remove(scored)
+    req.token_ids.append(7)
+    assert step() == {"req": 1}
+    sched.remove(req)
+    assert [step() for _ in range(4)] == [{"hint": 8}] * 4 and hint.num_uncomputed == 0
+    with pytest.raises(ValueError, match="hint_chunk"):
+        Scheduler(BlockManager(num_blocks=4, block_size=8), 8, 512, hint_chunk=0)

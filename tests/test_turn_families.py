@@ -179,16 +179,19 @@ def llm_detector(detector):
     return detector.with_text_scorer(scorer, EndpointingPolicy.load(LLM_TEXT_POLICY))
 
 
-# With the LLM judging the words, flite's cut above is gone; festival's stays: "When you get a
-# moment" comes back inside the 1.3 s pause of its slow voice and reads as a whole request to the
-# LLM too (its one cut of 48 paused festival clips in-sample). Strict, as above.
-LLM_KNOWN_CUTS = {"festival-festival-cmu_us_slt_arctic_hts-1-s02-paused"}
+# With the LLM judging the words, flite's cut above is gone; festival's is on the edge: "When you
+# get a moment" comes back inside the 1.24 s pause of its slow voice (P_audio 0.98), and the
+# LLM's P for it decides. It was cut on Zen 3 / Zen 4 hosts (the in-sample family run: its one
+# cut of 48 paused festival clips); on a Zen 1 host P_text is 0.0084 (fp32: 0.0097), the
+# combined P 0.41, and the bar comes down to that 0.22 s after the pause ended. The CPU's
+# rounding decides, so this one is not strict.
+LLM_EDGE_CUTS = {"festival-festival-cmu_us_slt_arctic_hts-1-s02-paused"}
 
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.parametrize("meta_path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="known cut-off"))
-                                       if p.stem in LLM_KNOWN_CUTS else p for p in _committed_clips()],
+@pytest.mark.parametrize("meta_path", [pytest.param(p, marks=pytest.mark.xfail(strict=False, reason="on the edge"))
+                                       if p.stem in LLM_EDGE_CUTS else p for p in _committed_clips()],
                          ids=lambda p: p.stem)
 def test_the_llm_witness_waits_out_the_pause_and_ends_the_turn_for_each_family(llm_detector, meta_path):
     """The same clips and recorded STT timelines with the voice LLM as the text witness."""
