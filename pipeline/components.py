@@ -127,8 +127,8 @@ def warm_up(engine: Any, decoder: Any, synthesizer: Any, messages: list[dict[str
             phrases: tuple[str, ...] = ()) -> dict[str, float]:
     """Run each model once at load, so the first turn pays no one-time cost (None: skipped),
     and keep the audio of `phrases` (the acknowledgements). Measured on a 2-core Zen 1: the
-    engine's first 60-token chat took 954 ms to its first token in a fresh process, 118-135
-    ms afterwards. -> seconds per stage (logged)."""
+    engine's first 60-token chat took 954 ms to its first token in a fresh process, 259 ms
+    right after this warm-up (the system prompt cached by it). -> seconds per stage (logged)."""
     seconds = {}
     if engine is not None:
         seconds["llm"] = engine.warmup(messages)

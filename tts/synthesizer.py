@@ -117,7 +117,7 @@ class Synthesizer(ABC):
         """Synthesize `phrases` now and keep their audio: a text (or stream chunk) that is
         exactly one of them is then spoken from memory. A voice session keeps its
         acknowledgements ("Okay."), which are said when the reply is already late; Piper took
-        ~100-160 ms to start one on a loaded 2-core Zen 1. -> the seconds it took (the first
+        ~160-200 ms to start one in a session on a 2-core Zen 1, from memory 7-9 ms. -> the seconds it took (the first
         call is also the backend's warm-up)."""
         t0 = time.perf_counter()
         for phrase in phrases:
