@@ -46,8 +46,9 @@ class FakeLLM:
         self._held: dict[str, int] = {}  # request id -> blocks it holds
         # the newest prompts computed (the "prefix cache"; bounded, as the engine's blocks are)
         self._seen: deque[list[int]] = deque(maxlen=SEEN_KEPT)
-        self.requests: list[list[dict[str, Any]]] = []  # every conversation asked, in order
-        self.prefills: list[list[dict[str, Any]]] = []  # every conversation prefilled, in order
+        # the newest conversations asked and prefilled, in order (bounded: a soak runs for hours)
+        self.requests: deque[list[dict[str, Any]]] = deque(maxlen=SEEN_KEPT)
+        self.prefills: deque[list[dict[str, Any]]] = deque(maxlen=SEEN_KEPT)
 
     # ---- the engine's API ---------------------------------------------------------
     def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:

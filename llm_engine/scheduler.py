@@ -95,18 +95,12 @@ class Scheduler:
                 return
             seq = self.hints.popleft()
             self.bm.match_prefix(seq)
-            n = min(seq.num_uncomputed, self.hint_chunk)
-            if not self.bm.allocate(seq, seq.num_computed_tokens + n):
-                self.bm.free_seq(seq)
-                self.dropped.append(seq)
-                return
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-        else:
-            n = min(seq.num_uncomputed, self.hint_chunk)
-            if not self.bm.allocate(seq, seq.num_computed_tokens + n):
-                self._drop(seq)
-                return
+        n = min(seq.num_uncomputed, self.hint_chunk)
+        if not self.bm.allocate(seq, seq.num_computed_tokens + n):
+            self._drop(seq)  # no room without evicting a request: what it computed stays cached
+            return
         batch.seqs.append(seq)
         batch.num_tokens.append(n)
 

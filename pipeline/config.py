@@ -83,6 +83,13 @@ class SessionConfig:
         """The most tokens a reply may have (the engine request's max_tokens, the context's reserve)."""
         return self.max_tokens + self.sentence_grace_tokens
 
+    @property
+    def user_turn_tokens(self) -> int:
+        """The user turn's share of the history budget (fit_context's `allowance`): a turn up
+        to this long keeps the history the session prefilled while the reply played. 128 at
+        the default budget: ~90 words, longer than a spoken turn usually is."""
+        return self.context_tokens // 16
+
     def __post_init__(self) -> None:
         if self.llm not in LLM_KINDS and ":" not in self.llm:
             raise ValueError(f"llm must be one of {LLM_KINDS} or 'module:attr', got {self.llm!r}")

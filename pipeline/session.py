@@ -51,6 +51,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
                                              marks=lambda name: budget.mark(name), policy=config.response,
                                              time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s,
                                              context_tokens=config.context_tokens,
+                                             allowance=config.user_turn_tokens,
                                              sentence_after_tokens=config.max_tokens if config.sentence_grace_tokens else None)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
                            time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name),
@@ -75,7 +76,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     ahead = None
     if config.prefill_ahead and components.engine is not None and components.llm is None:
         ahead = PrefillAhead(components.engine, lambda: _history(agent, config), reserve=config.reply_token_limit,
-                             context_tokens=config.context_tokens)
+                             context_tokens=config.context_tokens, allowance=config.user_turn_tokens)
 
     def on_event(ev: HearingEvent) -> None:
         if ahead is not None and ev.kind in ("interim", "preflight"):
@@ -155,7 +156,7 @@ def turn_context(engine: Any, history: list[dict[str, str]], config: SessionConf
     request will be, so its prefix is the one the engine's cache holds (an untrimmed history of
     a long session would re-prefill thousands of tokens per pause and time out)."""
     kept = fit_context(engine, [*history, {"role": "user", "content": ""}], config.reply_token_limit,
-                       max_tokens=config.context_tokens)
+                       max_tokens=config.context_tokens, allowance=config.user_turn_tokens)
     return kept[:-1]
 
 

@@ -25,7 +25,7 @@ def test_stream_yields_script_with_delays_and_cycles():
     assert deltas == ["It", " is", " sunny", " today."]
     assert elapsed >= 0.03 + 3 * 0.01  # sleeps are lower bounds
     assert "".join(asyncio.run(_collect(llm.stream_chat(MSGS)))) == "You said: What's the weather?"
-    assert llm.requests == [MSGS, MSGS]
+    assert list(llm.requests) == [MSGS, MSGS]
 
 
 def test_abort_and_early_close_stop_the_stream():

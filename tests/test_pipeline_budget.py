@@ -150,6 +150,27 @@ def test_a_growing_history_keeps_its_start_for_several_turns():
     assert moves <= (len(starts) - starts.index(next(s for s in starts if s))) / 2, starts
 
 
+def test_with_an_allowance_the_kept_history_is_known_before_the_user_speaks():
+    # the session prefills the next turn's history while a reply plays (ParleyLLM.
+    # prefill_next_turn); that is worth it only if the real request keeps the same history
+    engine = LLMEngine.from_pretrained(max_model_len=512)
+    system = {"role": "system", "content": "You are a helpful voice assistant."}
+
+    def misses(allowance: int) -> int:
+        history, missed = [system], 0
+        for i in range(60):
+            ahead = fit_context(engine, [*history, {"role": "user", "content": ""}], 60, allowance=allowance)
+            user = {"role": "user", "content": f"question {i}: " + "what is the weather like today? " * (i % 4)}
+            sent = fit_context(engine, [*history, user], 60, allowance=allowance)
+            assert sent[0] == system and sent[-1] == user and len(engine.encode_chat(sent)) + 60 < engine.token_limit
+            missed += sent[:-1] != ahead[:-1]
+            history += [user, {"role": "assistant", "content": f"answer {i}: " + "sunny and mild, " * (1 + i % 5)}]
+        return missed
+
+    assert misses(allowance=48) == 0  # every user turn here is under 48 tokens
+    assert misses(allowance=0) > 0  # without it the user's words decide some cuts
+
+
 def test_forgetting_what_was_dropped_sends_the_same_requests_and_bounds_the_history():
     # two sessions side by side, one keeping every message, one forgetting what each request
     # dropped (as pipeline/session.py does after each reply): every request must be the same

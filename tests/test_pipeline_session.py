@@ -78,6 +78,16 @@ async def test_budget_marks_the_late_stage_and_the_loop_adds_no_endpointing_wait
     assert report["perceived_ms"] == pytest.approx(1000 * marks["output_first_frame"], abs=1)
 
 
+async def test_after_a_reply_the_next_turns_history_is_prefilled():
+    cfg = fake_config(preemptive=False, response=ResponsePolicy(ack_enabled=False))
+    llm = FakeLLM(["It is sunny and warm."], ttft_s=0.02)
+    await one_turn(cfg, fake_components(cfg, llm))
+    # the request, the reply, then an empty user turn: the history the next request starts with
+    after = [p for p in llm.prefills if p[-2:-1] == [{"role": "assistant", "content": "It is sunny and warm."}]]
+    assert after and after[-1][:-2] == list(llm.requests)[-1], list(llm.prefills)
+    assert after[-1][-1] == {"role": "user", "content": ""}
+
+
 async def test_acknowledgement_fires_when_the_first_token_is_late_and_not_when_it_is_not():
     cfg = fake_config(preemptive=False)
     _, slow = await one_turn(cfg, fake_components(cfg, FakeLLM(["Sure."], ttft_s=1.2)), wait_s=4)

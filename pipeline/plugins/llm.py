@@ -43,10 +43,13 @@ def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
 
 
 def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
-                headroom: float = 0.25, max_tokens: int | None = None) -> list[dict[str, str]]:
+                headroom: float = 0.25, max_tokens: int | None = None, allowance: int = 0) -> list[dict[str, str]]:
     """Drop the oldest non-system messages until the prompt plus `reserve` generated tokens
     fits the engine's context window. The system prompt and the newest message always stay.
     `max_tokens` caps the window below the engine's own (a voice session's history budget).
+    `allowance`: the newest message counts as at least this many tokens, so for any newest
+    message up to that size the kept history is the same one, known before it is said: the
+    session prefills it while the reply plays (`next_turn_prefix`).
 
     The kept history starts at one of fixed cut points, `_cut_points`: one every `headroom`
     share of the window, counted from the oldest message, so they stay put while the history
@@ -61,7 +64,12 @@ def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
     limit = limit if max_tokens is None else min(limit, max_tokens)
     if not 0 < headroom < 1:
         raise ValueError(f"headroom must be in (0, 1), got {headroom}")
-    if len(engine.encode_chat(messages)) + reserve < limit:
+    if allowance < 0:
+        raise ValueError(f"allowance must be >= 0, got {allowance}")
+    total = len(engine.encode_chat(messages))
+    if allowance and len(messages) > 1:  # chat templates concatenate per-message segments: the newest one's share
+        reserve += max(0, allowance - (total - len(engine.encode_chat(messages[:-1]))))
+    if total + reserve < limit:
         return messages
     droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]
 
@@ -138,12 +146,14 @@ class ParleyLLM(llm.LLM):
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
                  marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
                  time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None,
-                 context_tokens: int | None = None, sentence_after_tokens: int | None = None) -> None:
+                 context_tokens: int | None = None, sentence_after_tokens: int | None = None,
+                 allowance: int = 0) -> None:
         super().__init__()
         if sentence_after_tokens is not None and sentence_after_tokens < 1:
             raise ValueError(f"sentence_after_tokens must be >= 1, got {sentence_after_tokens}")
         self.sentence_after_tokens = sentence_after_tokens
         self.context_tokens = context_tokens  # the history budget (None: the engine's window)
+        self.allowance = allowance  # fit_context's: the user turn's tokens the history leaves room for
         if deadline_s is not None and deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
         self.deadline_s = deadline_s  # the longest wait for the next token (None: no deadline)
@@ -164,6 +174,29 @@ class ParleyLLM(llm.LLM):
     def provider(self) -> str:
         return "parley"
 
+    def fit(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        """`messages` trimmed as this plugin's requests trim them (fit_context)."""
+        return fit_context(self.engine, messages, self.params.max_tokens, max_tokens=self.context_tokens,
+                           allowance=self.allowance)
+
+    def prefill_next_turn(self, sent: list[dict[str, str]], reply: str) -> str | None:
+        """After a reply: prefill the next turn's history (the request `sent`, the reply, an
+        empty user turn), trimmed as its request will be, while the reply plays and the user
+        answers. When that trim moves the kept history's start, every token after the system
+        prompt is new to the prefix cache: ~1500 at the default history budget, 7-8 s to
+        prefill cold at one thread on a Zen 1 host, where a 38-turn soak lost 3 turns to the
+        10 s first-token deadline. The engine runs it only in steps no request needs.
+        Returns the engine's request id (None: an engine without `prefill`, or no room)."""
+        prefill = getattr(self.engine, "prefill", None)
+        if prefill is None:
+            return None
+        nxt = [*sent, {"role": "assistant", "content": reply}, {"role": "user", "content": ""}]
+        try:
+            return prefill(self.fit(nxt))
+        except ValueError as e:  # too long for the cache right now: the real request will say so
+            log.debug("next turn's prefill skipped: %s", e)
+            return None
+
     def chat(self, *, chat_ctx: llm.ChatContext, tools: list[llm.Tool] | None = None,
              conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
              parallel_tool_calls: NotGivenOr[bool] = NOT_GIVEN, tool_choice: NotGivenOr[Any] = NOT_GIVEN,
@@ -176,9 +209,9 @@ class ParleyLLMStream(llm.LLMStream):
         plugin: ParleyLLM = self._llm  # type: ignore[assignment]
         engine = plugin.engine
         # off the loop: fitting a long history re-tokenizes it (milliseconds per pass)
-        messages = await asyncio.to_thread(fit_context, engine, chat_messages(self._chat_ctx),
-                                           plugin.params.max_tokens, max_tokens=plugin.context_tokens)
+        messages = await asyncio.to_thread(plugin.fit, chat_messages(self._chat_ctx))
         plugin.last_messages = messages
+        self._spoken: list[str] = []
         request_id = f"voice-{uuid.uuid4().hex[:12]}"
         plugin._marks("llm_request")
         plugin._requests += 1
@@ -227,9 +260,19 @@ class ParleyLLMStream(llm.LLMStream):
                                     prompt_cached_tokens=cached, total_tokens=prompt + completion)
         plugin.last_usage = usage
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=usage))
+        # a whole reply (a cancelled or failed one raised above): its history, off the loop
+        hint = asyncio.get_running_loop().run_in_executor(None, plugin.prefill_next_turn, messages,
+                                                          "".join(self._spoken).strip())
+        hint.add_done_callback(_log_failure)
 
     def _send(self, request_id: str, text: str) -> None:
+        self._spoken.append(text)
         self._event_ch.send_nowait(llm.ChatChunk(id=request_id, delta=llm.ChoiceDelta(role="assistant", content=text)))
+
+
+def _log_failure(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and (e := fut.exception()) is not None:
+        log.warning("next turn's prefill failed: %r", e)
 
 
 class _SentenceEnding:
@@ -277,9 +320,9 @@ class PrefillAhead:
 
     def __init__(self, engine: Any, history: Callable[[], list[dict[str, str]]], *,
                  min_interval_s: float = 0.6, min_words: int = 4, reserve: int = 0,
-                 context_tokens: int | None = None) -> None:
+                 context_tokens: int | None = None, allowance: int = 0) -> None:
         self.engine, self._history = engine, history
-        self.reserve, self.context_tokens = reserve, context_tokens
+        self.reserve, self.context_tokens, self.allowance = reserve, context_tokens, allowance
         self.min_interval_s, self.min_words = min_interval_s, min_words
         self._last = -1e9
         self._rid: str | None = None
@@ -294,7 +337,8 @@ class PrefillAhead:
             self.engine.abort(self._rid)  # its full blocks are cached already: nothing is lost
         messages = [*self._history(), {"role": "user", "content": text}]
         try:
-            self._rid = prefill(fit_context(self.engine, messages, self.reserve, max_tokens=self.context_tokens))
+            self._rid = prefill(fit_context(self.engine, messages, self.reserve, max_tokens=self.context_tokens,
+                                            allowance=self.allowance))
             self.sent += 1
         except ValueError as e:  # too long for the cache right now: the real request will say so
             log.debug("prefill ahead skipped: %s", e)
