@@ -49,7 +49,7 @@ def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
     `max_tokens` caps the window below the engine's own (a voice session's history budget).
     `allowance`: the newest message counts as at least this many tokens, so for any newest
     message up to that size the kept history is the same one, known before it is said: the
-    session prefills it while the reply plays (`next_turn_prefix`).
+    session prefills it while the reply plays (`ParleyLLM.prefill_next_turn`).
 
     The kept history starts at one of fixed cut points, `_cut_points`: one every `headroom`
     share of the window, counted from the oldest message, so they stay put while the history
