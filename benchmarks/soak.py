@@ -134,7 +134,10 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             await _listen(vs, lambda: False, 0.8)  # silence between turns
             samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(), "tasks": len(asyncio.all_tasks()),
                             "threads": threading.active_count(),
-                            "free_blocks": getattr(comps.engine, "num_free_blocks", None)})
+                            "free_blocks": getattr(comps.engine, "num_free_blocks", None),
+                            # Piper's runs with arena shrinkage: each moves the heap by ~32-128 MB
+                            "tts_arena_shrinks": getattr(getattr(comps.synthesizer, "voice", None),
+                                                         "arena_shrinks", None)})
             last = samples[-1]  # progress, and the figures so far if the run is cut short
             print(f"soak: turn {turn + 1}/{turns} answered {tally.budgets} errors {tally.errors} "
                   f"rss {last['rss_mb']:.1f} MB heap {last['heap_mb'] or 0:.1f} MB", file=sys.stderr, flush=True)
@@ -169,6 +172,7 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
     per = await asyncio.gather(*(_session(cfg, comps, audio, turns, samples, speed) for _ in range(n)))
     await asyncio.sleep(1.0)  # let closed sessions' threads end
     series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "tasks", "threads", "free_blocks")}
+    shrinks = [s["tts_arena_shrinks"] for s in samples]
     return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
             "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
             "errors": sum(p["errors"] for p in per), "rss_slope_mb_per_100_turns": slope_per_100(series["rss_mb"]),
@@ -176,6 +180,7 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
             "rss_mb_series": [round(s["rss_mb"], 1) for s in samples],  # after each turn, in finishing order
             # what malloc has handed out and not had back (pipeline.allocator.heap_in_use_mb)
             "heap_mb_series": [None if s["heap_mb"] is None else round(s["heap_mb"], 1) for s in samples],
+            "tts_arena_shrinks_series": shrinks if None not in shrinks else None,
             "slopes_per_100_turns": {k: slope_per_100(v) for k, v in series.items() if k != "rss_mb"},
             "during": {k: [min(v), max(v)] for k, v in series.items() if v and None not in v},
             "free_blocks": [blocks0, getattr(engine, "num_free_blocks", None)],

@@ -98,6 +98,12 @@ class PiperVoiceModel:
         self.sample_rate = int(config.sample_rate)
         self._warm_arena()
 
+    @property
+    def arena_shrinks(self) -> int:
+        """Runs that gave their arena growth back (ArenaBoundedSession.shrunk): each one also
+        gives back the warmed size, which the next long sentence takes again."""
+        return self._voice.session.shrunk
+
     def _warm_arena(self) -> None:
         """Run one input of the largest size the voice runs, so the arena grows here, at load
         (~0.6 s, heap 97 -> 352 MB), not at the first long sentence of a conversation: a soak's
