@@ -79,7 +79,7 @@ def test_never_splits_inside_numbers_abbreviations_or_urls(keep):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("text, first", [  # with 3 words
-    ("Dr. Smith is in room four today now.", "Dr. Smith is"),
+    ("Dr. Smith is in room four today now.", "Dr. Smith is in room"),
     ("We sold 3,000 units, a record.", "We sold 3,000"),
     ("On March 3, 2024 we met.", "On March 3, 2024"),
     ("Meet J. Smith at noon.", "Meet J. Smith"),
@@ -141,8 +141,8 @@ def _after_first_chunk(text: str) -> TextChunker:
 def test_take_words_cuts_the_buffered_words_for_a_listener_about_to_run_dry():
     assert TextChunker().take_words() == []  # the first chunk keeps its own rule
     chunker = _after_first_chunk("you're excited about the up")
-    assert chunker.take_words(2) == ["you're excited about the"]  # "up" may become "upcoming"
-    assert chunker.push("coming event! It") == ["upcoming event!"]
+    assert chunker.take_words(2) == ["you're excited"]  # "about the" lean on "up", which may become "upcoming"
+    assert chunker.push("coming event! It") == ["about the upcoming event!"]
     assert chunker.take_words(2) == []  # one word is fewer than asked for
 
 
@@ -154,6 +154,24 @@ def test_take_words_prefers_a_clause_boundary_and_never_splits_titles_or_dates()
     chunker = _after_first_chunk("on March 3, 2024 we")
     assert chunker.take_words(1) == ["on March 3, 2024"]
     assert chunker.flush() == ["we"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, first", [
+    ("of Australia is Canberra.", "of Australia"),  # "of Australia is" | "Canberra." was heard "Australia's camera"
+    ("I would be happy to book a table", "I would be happy to book"),
+    ("going to the store", "going"),
+    ("we could meet at the ", "we could meet"),
+])
+def test_a_keep_up_cut_never_ends_on_a_word_that_leans_on_the_next(text, first):
+    assert _after_first_chunk(text).take_words(1) == [first]
+
+
+@pytest.mark.unit
+def test_the_first_chunk_word_rule_runs_past_words_that_lean_on_the_next():
+    assert split_text("What is the capital of France?", ChunkerConfig(first_max_words=2))[0] == "What is the capital"
+    assert split_text("He is here, I think.", ChunkerConfig(first_max_words=1))[0] == "He is here,"
+    assert split_text("Paris is lovely in spring.", ChunkerConfig(first_max_words=1))[0] == "Paris"
 
 
 @pytest.mark.unit
