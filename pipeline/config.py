@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.budget import BudgetConfig, ResponsePolicy
+from pipeline.context import ContextTrim
 
 LLM_KINDS = ("parley", "openai", "fake")  # or "package.module:attr"
 SPECULATIVE = ("auto", "head", "ngram", "none")
@@ -89,6 +90,12 @@ class SessionConfig:
         to this long keeps the history the session prefilled while the reply played. 128 at
         the default budget: ~90 words, longer than a spoken turn usually is."""
         return self.context_tokens // 16
+
+    @property
+    def trim(self) -> ContextTrim:
+        """How every request of the session trims its history: the request, prefill-ahead, the
+        next turn's prefill and the LLM witness all use this one, so they keep the same prefix."""
+        return ContextTrim(self.reply_token_limit, self.context_tokens, self.user_turn_tokens)
 
     def __post_init__(self) -> None:
         if self.llm not in LLM_KINDS and ":" not in self.llm:

@@ -24,9 +24,10 @@ from pipeline.baseline import build_livekit_default_session
 from pipeline.budget import LatencyBudget
 from pipeline.components import Components, load_components
 from pipeline.config import SessionConfig
+from pipeline.context import ContextTrim
 from pipeline.hearing import Hearing, HearingEvent
 from pipeline.plugins.hearing import ParleySTT, ParleyVAD
-from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages, fit_context, without_dropped
+from pipeline.plugins.llm import ParleyLLM, PrefillAhead, chat_messages, without_dropped
 from pipeline.plugins.tts import ParleyTTS
 from pipeline.transport import AudioSink, EventSink, SessionFactory
 
@@ -50,8 +51,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     llm_plugin = components.llm or ParleyLLM(components.engine, components.sampling_params(),
                                              marks=lambda name: budget.mark(name), policy=config.response,
                                              time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s,
-                                             context_tokens=config.context_tokens,
-                                             allowance=config.user_turn_tokens,
+                                             trim=config.trim,
                                              sentence_after_tokens=config.max_tokens if config.sentence_grace_tokens else None)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
                            time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name),
@@ -75,8 +75,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
                       final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     ahead = None
     if config.prefill_ahead and components.engine is not None and components.llm is None:
-        ahead = PrefillAhead(components.engine, lambda: _history(agent, config), reserve=config.reply_token_limit,
-                             context_tokens=config.context_tokens, allowance=config.user_turn_tokens)
+        ahead = PrefillAhead(components.engine, lambda: _history(agent, config), trim=config.trim)
 
     def on_event(ev: HearingEvent) -> None:
         if ahead is not None and ev.kind in ("interim", "preflight"):
@@ -84,7 +83,7 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
         if ev.kind == "speech_start":
             budget.open_turn(ev.t, ev.turn)
             if witness:
-                history[0] = turn_context(components.engine, _history(agent, config), config)
+                history[0] = turn_context(components.engine, _history(agent, config), config.trim)
         elif ev.kind == "end_of_turn":
             budget.mark("speech_end", ev.t - ev.silence_s)
             budget.mark("end_of_turn", ev.t)
@@ -151,12 +150,11 @@ def _llm_witness(config: SessionConfig, components: Components) -> bool:
             and getattr(components.detector, "text_scorer", None) is not None)
 
 
-def turn_context(engine: Any, history: list[dict[str, str]], config: SessionConfig) -> list[dict[str, str]]:
+def turn_context(engine: Any, history: list[dict[str, str]], trim: ContextTrim) -> list[dict[str, str]]:
     """The history the LLM witness puts before the user's words: trimmed as the turn's real
     request will be, so its prefix is the one the engine's cache holds (an untrimmed history of
     a long session would re-prefill thousands of tokens per pause and time out)."""
-    kept = fit_context(engine, [*history, {"role": "user", "content": ""}], config.reply_token_limit,
-                       max_tokens=config.context_tokens, allowance=config.user_turn_tokens)
+    kept = trim.fit(engine, [*history, {"role": "user", "content": ""}])
     return kept[:-1]
 
 

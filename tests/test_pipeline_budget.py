@@ -9,7 +9,8 @@ import pytest
 
 from llm_engine import LLMEngine
 from pipeline.budget import BudgetConfig, LatencyBudget, ResponsePolicy
-from pipeline.plugins.llm import chat_messages, fit_context, without_dropped
+from pipeline.context import ContextTrim, fit_context
+from pipeline.plugins.llm import chat_messages, without_dropped
 
 pytestmark = pytest.mark.unit
 
@@ -169,6 +170,22 @@ def test_with_an_allowance_the_kept_history_is_known_before_the_user_speaks():
 
     assert misses(allowance=48) == 0  # every user turn here is under 48 tokens
     assert misses(allowance=0) > 0  # without it the user's words decide some cuts
+
+
+def test_one_trim_for_the_whole_session():
+    from pipeline.config import SessionConfig
+
+    c = SessionConfig(max_tokens=40, sentence_grace_tokens=8, context_tokens=1024)
+    assert c.trim == ContextTrim(reserve=48, context_tokens=1024, allowance=64)
+    for bad in ({"reserve": -1}, {"allowance": -1}, {"context_tokens": 0}):
+        with pytest.raises(ValueError):
+            ContextTrim(**bad)
+    engine = LLMEngine.from_pretrained(max_model_len=256)
+    history = [{"role": "system", "content": "Be brief."}] + [
+        {"role": r, "content": f"message {i} " * 6} for i in range(30) for r in ("user", "assistant")]
+    trim = ContextTrim(reserve=40, context_tokens=200, allowance=16)
+    assert trim.fit(engine, history) == fit_context(engine, history, 40, max_tokens=200, allowance=16)
+    assert trim.fit(engine, history)[0] == history[0] and len(trim.fit(engine, history)) < len(history)
 
 
 def test_forgetting_what_was_dropped_sends_the_same_requests_and_bounds_the_history():

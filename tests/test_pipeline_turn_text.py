@@ -97,14 +97,14 @@ def test_the_session_asks_the_llm_only_with_our_engine_and_a_word_scorer_to_fall
 
 def test_the_witness_context_is_trimmed_as_the_real_request(engine):
     from pipeline.config import SessionConfig
-    from pipeline.plugins.llm import fit_context
+    from pipeline.context import fit_context
     from pipeline.session import turn_context
 
     config = SessionConfig(max_tokens=8, sentence_grace_tokens=4, context_tokens=64)
     history = [{"role": "system", "content": "t9 t9"}]
     for i in range(40):
         history.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"t{20 + i} t{21 + i} t{22 + i}"})
-    kept = turn_context(engine, history, config)
+    kept = turn_context(engine, history, config.trim)
     assert kept[0] == history[0] and len(kept) < len(history)
     words = {"role": "user", "content": "t90 t91"}
     assert kept == fit_context(engine, [*history, words], 12, max_tokens=64)[:-1]  # the real request's prefix

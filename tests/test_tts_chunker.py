@@ -162,6 +162,7 @@ def test_take_words_prefers_a_clause_boundary_and_never_splits_titles_or_dates()
     ("I would be happy to book a table", "I would be happy to book"),
     ("going to the store", "going"),
     ("we could meet at the ", "we could meet"),
+    ("and then we’re ", "and then"),  # a curly apostrophe, as LLMs write it
 ])
 def test_a_keep_up_cut_never_ends_on_a_word_that_leans_on_the_next(text, first):
     assert _after_first_chunk(text).take_words(1) == [first]

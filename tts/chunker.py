@@ -27,11 +27,14 @@ _CLAUSE = re.compile(r"[,;:—–][\"'”’)\]]*(?=\s|$)|\s[-—–](?=\s)")
 # and Piper, speaking the chunk alone, swallows or drops it. Keep-up at ~5 tok/s cut "of
 # Australia is" | "Canberra." and whisper-base heard "of Australia's camera"; "of Australia" |
 # "is Canberra." is heard right (tests/test_tts_chunker.py).
-_LEANS_ON_NEXT = frozenset(
-    "a an the of to in on at by for with from into onto about as than and or but nor if "
-    "is are was were am be been being has have had do does did will would can could shall "
-    "should may might must my your his its our their i we they he she it's i'm we're you're they're "
-    "there's that's what's".split())
+_LEANS_ON_NEXT = frozenset((
+    "a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "into", "onto",
+    "about", "as", "than", "and", "or", "but", "nor", "if", "is", "are", "was", "were", "am", "be",
+    "been", "being", "has", "have", "had", "do", "does", "did", "will", "would", "can", "could",
+    "shall", "should", "may", "might", "must", "my", "your", "his", "its", "our", "their", "i",
+    "we", "they", "he", "she", "it's", "i'm", "we're", "you're", "they're", "there's", "that's",
+    "what's",
+))
 _URL_LIKE = re.compile(r"://|www\.|\w[./]\w|@")
 _WORD = re.compile(r"\S+(?=\s)")
 _WAIT = -1
@@ -185,7 +188,7 @@ class TextChunker:
         key = w.lower().rstrip(".")
         if w.endswith(".") and (key in _NO_SPLIT or re.fullmatch(r"[A-Z]", w[:-1])):
             return False  # "Dr." or "J." binds to the next word
-        if key.strip("\"'(’‘") in _LEANS_ON_NEXT:
+        if key.strip("\"'(’‘").replace("’", "'") in _LEANS_ON_NEXT:
             return False  # "of Australia is" | "Canberra." is heard as "Australia's camera"
         # "March 3, 2024" (the next word may not have come yet: then wait)
         return not (re.search(r"\d,$", w) and (i + 1 >= len(words) or words[i + 1].group(0)[:1].isdigit()))

@@ -16,6 +16,7 @@ from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConn
 from llm_engine.sampling_params import SamplingParams
 from parley.errors import StageOutputError, StageTimeoutError
 from pipeline.budget import ResponsePolicy
+from pipeline.context import ContextTrim
 from tts.chunker import sentence_end
 
 log = logging.getLogger("parley.llm")
@@ -40,53 +41,6 @@ def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
         else:
             out.append({"role": role, "content": content})
     return out
-
-
-def fit_context(engine: Any, messages: list[dict[str, str]], reserve: int,
-                headroom: float = 0.25, max_tokens: int | None = None, allowance: int = 0) -> list[dict[str, str]]:
-    """Drop the oldest non-system messages until the prompt plus `reserve` generated tokens
-    fits the engine's context window. The system prompt and the newest message always stay.
-    `max_tokens` caps the window below the engine's own (a voice session's history budget).
-    `allowance`: the newest message counts as at least this many tokens, so for any newest
-    message up to that size the kept history is the same one, known before it is said: the
-    session prefills it while the reply plays (`ParleyLLM.prefill_next_turn`).
-
-    The kept history starts at one of fixed cut points, `_cut_points`: one every `headroom`
-    share of the window, counted from the oldest message, so they stay put while the history
-    grows. The start moves on a cut only when the prompt no longer fits, and then the kept
-    prefix stays the same for the next several turns: the engine's prefix cache still holds
-    it. (Trimming to the fewest drops that fit moved the start every turn once the history
-    was full: a 200-turn soak re-prefilled ~1500 tokens each turn and lost turns to the 10 s
-    LLM deadline.)"""
-    limit = getattr(engine, "token_limit", None)
-    if limit is None or not hasattr(engine, "encode_chat"):
-        return messages
-    limit = limit if max_tokens is None else min(limit, max_tokens)
-    if not 0 < headroom < 1:
-        raise ValueError(f"headroom must be in (0, 1), got {headroom}")
-    if allowance < 0:
-        raise ValueError(f"allowance must be >= 0, got {allowance}")
-    total = len(engine.encode_chat(messages))
-    if allowance and len(messages) > 1:  # chat templates concatenate per-message segments: the newest one's share
-        reserve += max(0, allowance - (total - len(engine.encode_chat(messages[:-1]))))
-    if total + reserve < limit:
-        return messages
-    droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] != "system"]
-
-    def without(k: int) -> list[dict[str, str]]:  # the k oldest droppable messages gone
-        gone = set(droppable[:k])
-        return [m for i, m in enumerate(messages) if i not in gone]
-
-    cuts = _cut_points([messages[i] for i in droppable], max(1, int(headroom * limit)))
-    # the first cut that fits: binary search (fitting is monotone in the drops), O(log n) passes
-    lo, hi = 0, len(cuts) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if len(engine.encode_chat(without(cuts[mid]))) + reserve < limit:
-            hi = mid
-        else:
-            lo = mid + 1
-    return without(cuts[lo])
 
 
 def without_dropped(chat_ctx: llm.ChatContext, sent: list[dict[str, str]]) -> llm.ChatContext | None:
@@ -119,23 +73,6 @@ def without_dropped(chat_ctx: llm.ChatContext, sent: list[dict[str, str]]) -> ll
     return None
 
 
-def _cut_points(droppable: list[dict[str, str]], chunk: int) -> list[int]:
-    """Drop counts the kept history may start at: 0, then one past each further `chunk`
-    tokens of droppable messages, then all of them. A cut depends only on the messages before
-    it, never on the newest. Tokens are estimated at 4 characters each, not counted: only the
-    spacing of the cuts depends on the estimate, never whether the kept prompt fits, and
-    counting (a chat-template encode per message) cost ~0.2 ms a message, every turn."""
-    cuts, acc = [0], 0
-    for k, m in enumerate(droppable, 1):
-        acc += len(str(m.get("content", ""))) // 4 + 4  # + the role's tokens
-        if acc >= chunk:
-            cuts.append(k)
-            acc = 0
-    if cuts[-1] != len(droppable):
-        cuts.append(len(droppable))
-    return cuts
-
-
 class ParleyLLM(llm.LLM):
     """`marks(name)` records the request, an acknowledgement and the first token in the budget;
     `time_left_s()` (the budget's) decides when a late first token is covered by a short
@@ -146,14 +83,13 @@ class ParleyLLM(llm.LLM):
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
                  marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
                  time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None,
-                 context_tokens: int | None = None, sentence_after_tokens: int | None = None,
-                 allowance: int = 0) -> None:
+                 trim: ContextTrim | None = None, sentence_after_tokens: int | None = None) -> None:
         super().__init__()
         if sentence_after_tokens is not None and sentence_after_tokens < 1:
             raise ValueError(f"sentence_after_tokens must be >= 1, got {sentence_after_tokens}")
         self.sentence_after_tokens = sentence_after_tokens
-        self.context_tokens = context_tokens  # the history budget (None: the engine's window)
-        self.allowance = allowance  # fit_context's: the user turn's tokens the history leaves room for
+        # how requests trim the history (default: the reply's max_tokens kept free, the engine's window)
+        self.trim = trim or ContextTrim(reserve=params.max_tokens)
         if deadline_s is not None and deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {deadline_s}")
         self.deadline_s = deadline_s  # the longest wait for the next token (None: no deadline)
@@ -175,9 +111,8 @@ class ParleyLLM(llm.LLM):
         return "parley"
 
     def fit(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
-        """`messages` trimmed as this plugin's requests trim them (fit_context)."""
-        return fit_context(self.engine, messages, self.params.max_tokens, max_tokens=self.context_tokens,
-                           allowance=self.allowance)
+        """`messages` trimmed as this plugin's requests trim them (`trim`)."""
+        return self.trim.fit(self.engine, messages)
 
     def prefill_next_turn(self, sent: list[dict[str, str]], reply: str) -> str | None:
         """After a reply: prefill the next turn's history (the request `sent`, the reply, an
@@ -315,14 +250,12 @@ class PrefillAhead:
     """While the user speaks, prefill the conversation with their words so far (the engine's
     `prefill`), so the real request prefills only what changed. At most one in flight, at
     most one per `min_interval_s` of speech, and only for engines that have `prefill`. The
-    history is trimmed as the real request will trim it (`reserve`, `context_tokens`: the
-    reply's tokens and the history budget), or the prefilled prefix would not be the one asked."""
+    history is trimmed as the real request will trim it (`trim`, the request's own), or the
+    prefilled prefix would not be the one asked."""
 
     def __init__(self, engine: Any, history: Callable[[], list[dict[str, str]]], *,
-                 min_interval_s: float = 0.6, min_words: int = 4, reserve: int = 0,
-                 context_tokens: int | None = None, allowance: int = 0) -> None:
-        self.engine, self._history = engine, history
-        self.reserve, self.context_tokens, self.allowance = reserve, context_tokens, allowance
+                 min_interval_s: float = 0.6, min_words: int = 4, trim: ContextTrim | None = None) -> None:
+        self.engine, self._history, self.trim = engine, history, trim or ContextTrim()
         self.min_interval_s, self.min_words = min_interval_s, min_words
         self._last = -1e9
         self._rid: str | None = None
@@ -337,8 +270,7 @@ class PrefillAhead:
             self.engine.abort(self._rid)  # its full blocks are cached already: nothing is lost
         messages = [*self._history(), {"role": "user", "content": text}]
         try:
-            self._rid = prefill(fit_context(self.engine, messages, self.reserve, max_tokens=self.context_tokens,
-                                            allowance=self.allowance))
+            self._rid = prefill(self.trim.fit(self.engine, messages))
             self.sent += 1
         except ValueError as e:  # too long for the cache right now: the real request will say so
             log.debug("prefill ahead skipped: %s", e)
