@@ -160,6 +160,32 @@ async def test_async_iteration_does_not_block_the_event_loop():
     assert frames and ticks >= 20  # two chunks of 0.25 s synthesis each: the loop kept ticking
 
 
+@pytest.mark.unit
+async def test_async_iteration_takes_queued_frames_without_a_thread_hop(monkeypatch):
+    def queued() -> SpeechStream:
+        stream = SpeechStream(FakeSynthesizer(first_audio_delay_s=0.0, rtf=0.0), StreamConfig(max_buffered_s=10.0))
+        stream.say(TEXT).join(5.0)  # every frame and the end are queued
+        return stream
+
+    expected = _collect(queued())
+    stream = queued()
+    hops = 0
+    real = asyncio.to_thread
+
+    async def counting(fn, *args, **kwargs):
+        nonlocal hops
+        hops += 1
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    frames = [f async for f in stream]
+    assert hops == 0 and frames
+    assert [(f.chunk_index, f.timestamp_s) for f in frames] == [(f.chunk_index, f.timestamp_s) for f in expected]
+
+    slow = SpeechStream(FakeSynthesizer(first_audio_delay_s=0.1, rtf=0.0), StreamConfig()).say("Hello there.")
+    assert [f async for f in slow] and hops >= 1  # nothing queued yet: the wait runs in a thread
+
+
 def _silence_inside_reply(arrivals: list[float], frame_s: float = 0.02) -> float:
     """Seconds of silence a real-time player leaves between the reply's first and last frame:
     each frame plays at its arrival or when the one before it has played, whichever is later."""

@@ -28,6 +28,7 @@ from tts.synthesizer import Synthesizer
 
 OUTPUT_RATES = (8_000, 16_000, 22_050, 24_000, 44_100, 48_000)
 _END = object()
+_EMPTY = object()  # _read_ready: no frame queued yet
 _POLL_S = 0.05  # how often blocked queue operations look at the cancel flag
 
 
@@ -209,26 +210,47 @@ class SpeechStream:
                 item = self._out_q.get(timeout=wait)
             except queue.Empty:
                 continue
-            with self._lock:
-                if self._cancelled.is_set():
-                    return None
-                if item is _END:
-                    self._done = True
-                    return self._finish()
-                self.metrics.frames_emitted += 1
-                if self.metrics.first_frame_s is None:
-                    self.metrics.first_frame_s = self._since_t0()
-                return item
+            return self._take(item)
+
+    def _read_ready(self) -> SpeechFrame | object | None:
+        """`read` without waiting: a frame already queued, None at the end, _EMPTY when none is."""
+        if self._done or self._cancelled.is_set():
+            return self._finish()
+        try:
+            item = self._out_q.get_nowait()
+        except queue.Empty:
+            return _EMPTY
+        return self._take(item)
+
+    def _take(self, item) -> SpeechFrame | None:
+        with self._lock:
+            if self._cancelled.is_set():
+                return None
+            if item is _END:
+                self._done = True
+                return self._finish()
+            self.metrics.frames_emitted += 1
+            if self.metrics.first_frame_s is None:
+                self.metrics.first_frame_s = self._since_t0()
+            return item
 
     def __iter__(self) -> Iterator[SpeechFrame]:
         while (frame := self.read()) is not None:
             yield frame
 
     async def __aiter__(self) -> AsyncIterator[SpeechFrame]:
-        """Frames without blocking the event loop (each wait runs in a thread). Cancelling the
+        """Frames without blocking the event loop: a frame already queued is taken on the loop,
+        and only a wait for one runs in a thread (synthesis runs ahead of the reader, so most
+        frames are queued: a thread hop for each of them was 50 a second of speech, each a
+        wake-up of a default-executor thread on cores the stages share). Cancelling the
         consuming task cancels the stream, so no reader thread is left waiting."""
         try:
-            while (frame := await asyncio.to_thread(self.read)) is not None:
+            while True:
+                frame = self._read_ready()
+                if frame is _EMPTY:
+                    frame = await asyncio.to_thread(self.read)
+                if frame is None:
+                    return
                 yield frame
         except asyncio.CancelledError:
             self.cancel()
