@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     a = ap.parse_args(argv)
     res: dict = {"machine": machine()}
     if not a.stream_only:
-        res = run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
+        res |= run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
         print(table(res))
     if a.stream or a.stream_only:
         torch.set_num_threads(1)
