@@ -26,6 +26,12 @@ class PiperOptions:
 
 
 MAX_IDS = 250  # phoneme ids Piper runs at once (~115 characters, ~20 words): the arena is sized for this, at load
+# The warm-up reads MAX_IDS ids at half speed. What the decoder holds grows with the audio's
+# length, and at normal speed the warm-up made 132k samples while real pieces reach ~172k (commas
+# add pauses): on one CI machine that left the arena at 218 MB and a long sentence stepped it to
+# 350. At 2.0 it makes ~228k samples; here the heap is 351 MB either way, resident memory after
+# 9 long sentences 360 MB against 336.
+WARM_LENGTH_SCALE = 2.0
 # words the warm-up reads, cut to MAX_IDS ids
 _WARM_TEXT = ("the weather today is sunny and warm with a light breeze from the west and tomorrow looks "
               "much the same with clear skies over the whole region from morning until late in the evening")
@@ -39,15 +45,16 @@ class ArenaBoundedSession:
     221 MB, then one of 28 words 353 MB, 56 words 618 MB, 112 words 1145 MB, kept for the
     process's life; a 200-turn soak jumped +397 MB once the LLM wrote a long sentence. The voice
     reads long sentences in pieces of at most `MAX_IDS` ids (tts.piper_phonemes) and runs one such
-    piece at load, so the arena reaches its size before the first turn and keeps it. An input
-    longer than that (a piece with no word boundary to cut at) runs with arena shrinkage, which
-    frees what it added but is 13% slower and gives back the warmed size too."""
+    piece at load, slowly, so the arena reaches its size before the first turn and keeps it. A run
+    bigger than the warm-up's (ids x length_scale: a piece with no word boundary to cut at, or
+    very slow speech) runs with arena shrinkage, which frees what it added but is 13% slower and
+    gives back the warmed size too."""
 
-    def __init__(self, session, shrink_above: int = MAX_IDS) -> None:
+    def __init__(self, session, shrink_above: float = MAX_IDS * WARM_LENGTH_SCALE) -> None:
         import onnxruntime as ort
 
-        if shrink_above < 1:
-            raise ValueError(f"shrink_above must be >= 1, got {shrink_above}")
+        if shrink_above <= 0:
+            raise ValueError(f"shrink_above must be > 0, got {shrink_above}")
         self.session, self.shrink_above = session, shrink_above
         self._shrink = ort.RunOptions()
         self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
@@ -55,7 +62,9 @@ class ArenaBoundedSession:
 
     def run(self, output_names, input_feed, run_options=None):
         ids = input_feed.get("input")  # [1, n] phoneme ids
-        if run_options is None and ids is not None and ids.shape[-1] > self.shrink_above:
+        scales = input_feed.get("scales")  # [3] noise, length, noise_w
+        size = 0.0 if ids is None else ids.shape[-1] * (1.0 if scales is None else float(scales[1]))
+        if run_options is None and size > self.shrink_above:
             run_options = self._shrink
             self.shrunk += 1
         return self.session.run(output_names, input_feed, run_options)
@@ -106,12 +115,15 @@ class PiperVoiceModel:
 
     def _warm_arena(self) -> None:
         """Run one input of the largest size the voice runs, so the arena grows here, at load
-        (~0.6 s, heap 97 -> 352 MB), not at the first long sentence of a conversation: a soak's
+        (~0.6 s, heap 97 -> 351 MB), not at the first long sentence of a conversation: a soak's
         heap stepped +132 MB at turn 50 without it. An ordinary 14-word sentence takes it to
         ~220 MB anyway."""
+        from piper.config import SynthesisConfig
+
         voice = self._voice
         phonemes = [p for piece in voice.phonemize(_WARM_TEXT) for p in [*piece, " "]]
-        voice.phoneme_ids_to_audio(voice.phonemes_to_ids(phonemes[: voice.max_phonemes]))
+        voice.phoneme_ids_to_audio(voice.phonemes_to_ids(phonemes[: voice.max_phonemes]),
+                                   SynthesisConfig(length_scale=WARM_LENGTH_SCALE))
 
     @classmethod
     def default(cls, *, threads: int = 1) -> PiperVoiceModel:
