@@ -9,6 +9,7 @@ import tracemalloc
 import pytest
 from piper.voice import PiperVoice
 
+from pipeline.allocator import heap_in_use_mb
 from tests.speech import _piper
 from tts.piper_phonemes import EspeakClauses, ParleyPiperVoice, split_sentence
 
@@ -67,6 +68,40 @@ def test_phonemizing_keeps_nothing_per_clause():
     piper_own = _growth(lambda t: PiperVoice.phonemize(voice, t))
     assert ours < 5_000, ours
     assert piper_own > 200 * 300, f"piper's bridge no longer leaks ({piper_own} bytes after 200 calls)"
+
+
+def _native_growth_mb(call, calls: int = 1000) -> float:
+    """Heap malloc has handed out and not had back after `calls` calls (espeak-ng's own
+    allocations, which tracemalloc does not see), in MiB."""
+    call()
+    gc.collect()
+    before = heap_in_use_mb()
+    for _ in range(calls):
+        call()
+    gc.collect()
+    return heap_in_use_mb() - before
+
+
+def test_reading_text_after_text_keeps_no_espeak_voice_behind():
+    # espeak-ng leaks ~1.5 KB inside every espeak_SetVoiceByName, and piper sets the voice before
+    # every text: 1000 texts held ~1.5 MB for the process's life. If espeak-ng stops leaking, the
+    # second assertion says so, and EspeakClauses.set_voice can set it every time again.
+    voice = _piper()._voice
+    if heap_in_use_mb() is None:
+        pytest.fail("no heap statistics from this allocator (glibc's mallinfo2 or jemalloc expected)")
+    ours = _native_growth_mb(lambda: voice.phonemize("Hello there, how are you today?"))
+    assert ours < 0.3, f"{ours:.2f} MB held after 1000 texts"
+    raw = _native_growth_mb(lambda: voice.clauses._set_voice(voice.config.espeak_voice))
+    assert raw > 0.8, f"espeak-ng's set voice no longer leaks ({raw:.2f} MB after 1000 calls)"
+
+
+def test_the_voice_is_set_again_after_another_one_was():
+    voice = _piper()._voice
+    text = "What is the capital of Australia?"
+    english = voice.phonemize(text)
+    voice.clauses._set_voice("de")  # e.g. another voice object, or piper's own path
+    assert voice.phonemize(text) == english == PiperVoice.phonemize(voice, text)
+    assert voice.clauses._current_voice()[1].endswith(voice.config.espeak_voice.encode())
 
 
 def test_a_long_sentence_is_cut_at_a_clause_or_word_into_pieces_that_fit():
