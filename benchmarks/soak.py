@@ -204,7 +204,10 @@ def table(levels: list[dict]) -> str:
 def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0) -> dict:
     cfg, comps = components(real)
     audio = speech()
-    levels = [asyncio.run(level(cfg, comps, audio, n, turns, speed)) for n in sessions]
+    try:
+        levels = [asyncio.run(level(cfg, comps, audio, n, turns, speed)) for n in sessions]
+    finally:
+        comps.close()
     return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "speed": speed,
             "cpu": cpu_model(), "allocator": allocator_in_use(), "levels": levels}
 

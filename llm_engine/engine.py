@@ -27,6 +27,7 @@ from llm_engine.scheduler import Scheduler
 from llm_engine.sequence import Sequence, SequenceStatus
 from llm_engine.streaming import ChatStream
 from llm_engine.tokenizer import Tokenizer
+from parley.errors import EngineClosedError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class LLMEngine:
         self._in_step = False
         self._unflushed: list[Request] = []  # requests with deltas this step (Request.flush)
         self._worker: threading.Thread | None = None
+        self._closed = False  # set by close(), under _admit_lock
         self._ids = itertools.count()
 
     @classmethod
@@ -175,6 +177,8 @@ class LLMEngine:
                                        params.include_stop_str_in_output)
         req = Request(Sequence(rid, ids, params, prefill_only=prefill_only, score_ids=score_ids), detok, sink)
         with self._admit_lock:
+            if self._closed:
+                raise EngineClosedError("the LLM engine is closed: it takes no new requests")
             if rid in self.requests:
                 raise ValueError(f"request id {rid!r} is already running")
             self.requests[rid] = req
@@ -482,15 +486,17 @@ class LLMEngine:
         return ChatStream(rid, start, self.abort)
 
     def ensure_worker(self) -> None:
-        """Start the engine thread if it is not running (it exits after 30 s idle)."""
+        """Start the engine thread if it is not running (it exits after 30 s idle, or at close)."""
         with self._admit_lock:
-            if self._worker is None or not self._worker.is_alive():
+            if not self._closed and (self._worker is None or not self._worker.is_alive()):
                 self._worker = threading.Thread(target=self._worker_loop, name="llm-engine", daemon=True)
                 self._worker.start()
 
     def _worker_loop(self) -> None:
         while True:
             self._wake.clear()
+            if self._closed:
+                return  # close() ends what is left once this thread is gone
             if not self.has_unfinished() and self._inbox.empty():
                 if not self._wake.wait(timeout=30.0):
                     with self._admit_lock:
@@ -509,7 +515,27 @@ class LLMEngine:
         "error" (a ChatStream raises ParleyError) and gives its blocks back; the engine stays
         usable for new requests."""
         log.exception("engine step failed; failing %d request(s)", len(self.requests))
+        self._end_all(f"{type(exc).__name__}: {exc}")
+
+    def _end_all(self, error: str) -> None:
         with self._lock:
+            self._drain_inbox()
+            self._drain_aborts()
             for req in list(self.requests.values()):
                 self._release(req)
-                req.finish("error", error=f"{type(exc).__name__}: {exc}")
+                req.finish("error", error=error)
+
+    def close(self) -> None:
+        """Stop serving, for a clean shutdown: new requests raise EngineClosedError, the engine
+        thread ends after the step it is in (not interrupted mid-step), and every request still
+        queued or running ends with finish_reason "error" (its ChatStream raises ParleyError)
+        and gives its blocks back. Idempotent; not from inside a sink (the engine thread)."""
+        with self._admit_lock:
+            self._closed = True
+            worker = self._worker
+        if worker is threading.current_thread():
+            raise RuntimeError("close() waits for the engine thread: not from a sink")
+        self._wake.set()
+        if worker is not None:
+            worker.join()
+        self._end_all("the LLM engine was closed")

@@ -21,6 +21,7 @@ from llm_engine.outputs import RequestOutput
 from llm_engine.request import Sink
 from llm_engine.sampling_params import SamplingParams
 from llm_engine.streaming import ChatStream
+from parley.errors import EngineClosedError
 
 SEEN_KEPT = 256
 Reply = str | Callable[[list[dict[str, Any]]], str]
@@ -44,6 +45,7 @@ class FakeLLM:
         self._lock = threading.Lock()
         self._live: dict[str, threading.Event] = {}  # request id -> aborted flag
         self._held: dict[str, int] = {}  # request id -> blocks it holds
+        self._closed = False
         # the newest prompts computed (the "prefix cache"; bounded, as the engine's blocks are)
         self._seen: deque[list[int]] = deque(maxlen=SEEN_KEPT)
         # the newest conversations asked and prefilled, in order (bounded: a soak runs for hours)
@@ -124,10 +126,20 @@ class FakeLLM:
         ev.set()
         return True
 
+    def close(self) -> None:
+        """As LLMEngine.close: no new requests; the live ones end with finish_reason "error"."""
+        with self._lock:
+            self._closed = True
+            live = list(self._live.values())
+        for ev in live:
+            ev.set()
+
     # ---- internals ----------------------------------------------------------------
     def _new_id(self, request_id: str | None) -> str:
         rid = request_id or f"fake-{next(self._ids)}"
         with self._lock:
+            if self._closed:
+                raise EngineClosedError("the fake LLM is closed: it takes no new requests")
             if rid in self._live:
                 raise ValueError(f"request id {rid!r} is already running")
         return rid
@@ -146,6 +158,8 @@ class FakeLLM:
         tokens, reason = self._reply(messages, params)
         ev = threading.Event()
         with self._lock:
+            if self._closed:
+                raise EngineClosedError("the fake LLM is closed: it takes no new requests")
             if rid in self._live:
                 raise ValueError(f"request id {rid!r} is already running")
             self._live[rid] = ev
@@ -169,15 +183,17 @@ class FakeLLM:
                 self._held[rid] = -(-(len(ids) + sent) // self.block_size)
             if sink is not None:
                 sink(tok, None)
+        error = None
         if aborted.is_set():
-            reason = "abort"
+            reason = "error" if self._closed else "abort"
+            error = "the fake LLM was closed" if self._closed else None
         with self._lock:
             self._live.pop(rid, None)
             self._held.pop(rid, None)
         metrics = {"total_s": time.perf_counter() - t0}
         if ttft is not None:
             metrics["ttft_s"] = ttft
-        out = RequestOutput(rid, ids, list(range(sent)), "".join(tokens[:sent]).strip(), reason, cached, metrics)
+        out = RequestOutput(rid, ids, list(range(sent)), "".join(tokens[:sent]).strip(), reason, cached, metrics, error)
         if sink is not None:
             sink("", out)
 

@@ -26,6 +26,11 @@ class KVCacheFullError(ParleyError, RuntimeError):
     retryable = True
 
 
+class EngineClosedError(ParleyError, RuntimeError):
+    """The engine was closed (`LLMEngine.close`, the process shutting down): it takes no new
+    requests, and the ones it held ended with this error. Not retryable on the same engine."""
+
+
 class ModelError(ParleyError):
     """A model could not be found or loaded. `fix` says what to do about it."""
 

@@ -399,3 +399,38 @@ def test_next_token_probability_gives_none_when_the_engine_cannot_answer_in_time
     while eng.requests and time.time() < deadline:
         time.sleep(0.01)
     assert not eng.requests and eng.num_free_blocks == eng.num_blocks  # the aborted request is gone
+
+
+@pytest.mark.parametrize("kind", ["engine", "fake"])
+def test_close_ends_live_requests_frees_blocks_and_refuses_new_ones(model_dir, kind):
+    from llm_engine import FakeLLM
+    from parley.errors import EngineClosedError, ParleyError
+
+    eng = engine(model_dir, "ngram") if kind == "engine" else FakeLLM(["a b c d e f g h i j"] * 1, token_s=0.05)
+    long = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+    ended: list = []
+    eng.add_request("t5 t6 t7", long, sink=lambda d, final: final is not None and ended.append(final))
+    got: list[str] = []
+
+    async def run():
+        async for delta in eng.stream_chat(CHAT, long, request_id="live"):
+            got.append(delta)
+            if len(got) == 2:
+                await asyncio.to_thread(eng.close)
+
+    with pytest.raises(ParleyError, match="closed"):
+        asyncio.run(run())
+    deadline = time.time() + 5
+    while not ended and time.time() < deadline:
+        time.sleep(0.01)
+    # deltas already on their way when close() ran still arrive; then the stream raises
+    assert len(got) >= 2 and [o.finish_reason for o in ended] == ["error"] and "closed" in ended[0].error
+    assert eng.num_free_blocks == eng.num_blocks
+    if kind == "engine":
+        assert not eng.has_unfinished() and (eng._worker is None or not eng._worker.is_alive())
+    with pytest.raises(EngineClosedError) as info:
+        eng.add_request("t5", GREEDY)
+    assert not info.value.retryable
+    with pytest.raises(EngineClosedError):
+        eng.chat([CHAT], GREEDY)
+    eng.close()  # idempotent

@@ -43,7 +43,8 @@ def test_talk_serves_the_session_until_ctrl_c(capsys, monkeypatch):
     session = types.ModuleType("pipeline.session")
     session.SessionConfig = SessionConfig
     session.session_factory = lambda config, *a, **kw: factory
-    session.load_components = lambda config: None
+    closed: list[bool] = []
+    session.load_components = lambda config: types.SimpleNamespace(close=lambda: closed.append(True))
     monkeypatch.setitem(sys.modules, "pipeline.session", session)
 
     async def talk(url: str) -> None:
@@ -69,5 +70,6 @@ def test_talk_serves_the_session_until_ctrl_c(capsys, monkeypatch):
     assert rc == 130
     assert seen["args"].max_sessions == 2 and seen["got"].of("budget")
     assert factory.sessions[0].aclose_calls == 1
+    assert closed == [True]  # the models' threads end with the command
     err = capsys.readouterr().err
     assert "parley talk: open http://127.0.0.1:" in err and "/#token=cli-test-token" in err

@@ -61,5 +61,7 @@ def run(args) -> int:
         print(f"parley serve: error: cannot listen on {config.host}:{config.port}: {e.strerror or e}",
               file=sys.stderr)
         return 2
+    finally:  # after the drain: what is still in the engine ends with an error, its thread stops
+        engine.close()
     print(f"parley serve: stopped ({cut} requests cut short)", flush=True)
     return 0

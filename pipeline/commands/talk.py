@@ -29,7 +29,10 @@ def run(args) -> int:
         if args.open:
             webbrowser.open(url)
 
-    asyncio.run(serve(config, factory, on_ready=ready))
+    try:
+        asyncio.run(serve(config, factory, on_ready=ready))
+    finally:  # the engine thread ends and nothing is left half-served
+        components.close()
     return 0
 
 
