@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -209,7 +210,9 @@ def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0) -> dict
     finally:
         comps.close()
     return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "speed": speed,
-            "cpu": cpu_model(), "allocator": allocator_in_use(), "levels": levels}
+            "cpu": cpu_model(), "allocator": allocator_in_use(),
+            # "malloc": CPython's small objects on the allocator too (then in heap_mb), not pymalloc's arenas
+            "python_allocator": os.environ.get("PYTHONMALLOC") or "pymalloc", "levels": levels}
 
 
 def main(argv: list[str] | None = None) -> dict:
