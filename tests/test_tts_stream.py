@@ -102,6 +102,19 @@ def test_cancel_stops_piper_mid_reply():
     assert synth.stats.calls < len(stream.metrics.chunks)
 
 
+@pytest.mark.integration
+def test_piper_replies_leave_headroom_so_no_sample_clips():
+    # Piper peak-normalizes each sentence to full scale; at 48 kHz the resampler overshot that
+    # and the int16 conversion clipped 0-3 samples a sentence
+    synth = PiperSynthesizer.default(threads=1)
+    texts = ["The capital of Australia is Canberra.", "Okay, I've dimmed the living room lights to thirty percent.",
+             "It will be sunny in Chicago on Saturday, with a high of seventy degrees."]
+    for text in texts:
+        pcm = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000)).say(text))])
+        peak = int(np.abs(pcm.astype(np.int32)).max())
+        assert 0.8 * 32767 < peak < 32767, (text, peak)
+
+
 @pytest.mark.unit
 def test_long_text_streams_with_bounded_memory():
     synth = FakeSynthesizer(first_audio_delay_s=0.0, rtf=0.0)
