@@ -23,14 +23,6 @@ class PiperOptions:
     noise_scale: float | None = None
     noise_w_scale: float | None = None
     speaker_id: int | None = None
-    # Piper scales each sentence to a peak of exactly full scale; resampled to the output rate
-    # that peak overshoots (up to 1.02 at 48 kHz on six replies) and float_to_int16 clipped 0-3
-    # samples a sentence. 0.9 (-0.9 dB) leaves room for the overshoot.
-    volume: float = 0.9
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.volume <= 1.0:
-            raise ValueError(f"volume must be in (0, 1], got {self.volume}")
 
 
 MAX_IDS = 250  # phoneme ids Piper runs at once (~115 characters, ~20 words): the arena is sized for this, at load
@@ -147,7 +139,6 @@ class PiperVoiceModel:
             length_scale=options.length_scale,
             noise_scale=options.noise_scale,
             noise_w_scale=options.noise_w_scale,
-            volume=options.volume,
         )
         chunks = [c.audio_float_array for c in self._voice.synthesize(text, syn_config=cfg)]
         if not chunks:

@@ -39,6 +39,10 @@ class StreamConfig:
     max_buffered_s: float = 1.0  # synthesized audio allowed to wait for the reader
     fade_ms: float = 4.0  # raised-cosine fade at each chunk's edges: no click at the joins
     normalize: bool = True
+    # Piper scales each sentence to a peak of exactly full scale; resampled to the output rate
+    # that peak overshoots (up to 1.02 at 48 kHz on six replies) and the int16 conversion
+    # clipped 0-3 samples a sentence. 0.9 (-0.9 dB) leaves room for the overshoot.
+    gain: float = 0.9
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
     # Keep-up: after the first chunk, chunks end at sentences (better prosody), but when the
     # audio already made would be played out within this long, the words buffered so far go
@@ -58,6 +62,8 @@ class StreamConfig:
             raise ValueError("max_buffered_s must be in [0.04, 60]")
         if not 0 <= self.fade_ms <= 50:
             raise ValueError("fade_ms must be in [0, 50]")
+        if not 0 < self.gain <= 1:
+            raise ValueError(f"gain must be in (0, 1], got {self.gain}")
         if not 0 <= self.keep_up_s <= 10 or self.keep_up_min_words < 1 or not 0 < self.seconds_per_word <= 5:
             raise ValueError("keep_up_s must be in [0, 10], keep_up_min_words >= 1, seconds_per_word in (0, 5]")
 
@@ -294,7 +300,7 @@ class SpeechStream:
 
     def _to_frames(self, audio: np.ndarray, rate: int) -> np.ndarray:
         cfg = self.config
-        audio = _fade(audio, round(rate * cfg.fade_ms / 1000))
+        audio = _fade(audio, round(rate * cfg.fade_ms / 1000)) * np.float32(cfg.gain)
         if self._resampler is not None:
             if rate != self._resampler.src_rate:
                 raise ValueError(f"backend changed its rate from {self._resampler.src_rate} to {rate} Hz")
