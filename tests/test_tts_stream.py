@@ -152,6 +152,9 @@ def test_push_after_end_and_bad_config_raise():
         stream.push_text("more")
     with pytest.raises(ValueError):
         StreamConfig(sample_rate=12_345)
+    for gain in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="gain"):
+            StreamConfig(gain=gain)
     stream.cancel()
 
 
