@@ -133,7 +133,10 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             # the reply plays out before the next question (barge-in would cut it short)
             await _listen(vs, tally.played_out, 30)
             await _listen(vs, lambda: False, 0.8)  # silence between turns
-            samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(), "tasks": len(asyncio.all_tasks()),
+            samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(),
+                            # CPython's live objects, in memory blocks (pymalloc's or malloc's): tells
+                            # objects that stay from arena pages the allocator keeps
+                            "py_blocks": sys.getallocatedblocks(), "tasks": len(asyncio.all_tasks()),
                             "threads": threading.active_count(),
                             "free_blocks": getattr(comps.engine, "num_free_blocks", None),
                             # Piper's runs with arena shrinkage: each moves the heap by ~32-128 MB
@@ -172,7 +175,7 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
     t0 = time.monotonic()
     per = await asyncio.gather(*(_session(cfg, comps, audio, turns, samples, speed) for _ in range(n)))
     await asyncio.sleep(1.0)  # let closed sessions' threads end
-    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "tasks", "threads", "free_blocks")}
+    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "py_blocks", "tasks", "threads", "free_blocks")}
     shrinks = [s["tts_arena_shrinks"] for s in samples]
     return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
             "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
