@@ -134,9 +134,9 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             await _listen(vs, tally.played_out, 30)
             await _listen(vs, lambda: False, 0.8)  # silence between turns
             samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(),
-                            # CPython's live objects, in memory blocks (pymalloc's or malloc's): tells
-                            # objects that stay from arena pages the allocator keeps
-                            "py_blocks": sys.getallocatedblocks(), "tasks": len(asyncio.all_tasks()),
+                            # CPython's live objects in pymalloc blocks: tells objects that stay from
+                            # arena pages kept (None under PYTHONMALLOC=malloc, which counts none)
+                            "py_blocks": sys.getallocatedblocks() or None, "tasks": len(asyncio.all_tasks()),
                             "threads": threading.active_count(),
                             "free_blocks": getattr(comps.engine, "num_free_blocks", None),
                             # Piper's runs with arena shrinkage: each moves the heap by ~32-128 MB

@@ -5,6 +5,7 @@ per session after the sessions close. The long run with the real models is the b
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -22,8 +23,9 @@ def test_a_short_soak_answers_every_turn_and_leaves_nothing_behind(tmp_path):
     assert lvl["last_budget_complete"]
     assert 0 < lvl["p50_ms"] <= lvl["p90_ms"] < 2000
     assert lvl["tasks"][1] == lvl["tasks"][0], lvl["tasks"]  # no task left behind by a closed session
-    assert 0 < lvl["during"]["py_blocks"][0] <= lvl["during"]["py_blocks"][1]  # CPython's live blocks, per turn
-    assert "py_blocks" in lvl["slopes_per_100_turns"]
+    if sys.getallocatedblocks():  # pymalloc (the default) counts its blocks
+        assert 0 < lvl["during"]["py_blocks"][0] <= lvl["during"]["py_blocks"][1]
+        assert lvl["slopes_per_100_turns"]["py_blocks"] is not None
     for sess in lvl["per_session"]:  # every question asked after the previous reply played out
         assert sess["history"]["system_first"] and sess["history"]["messages"] == 2 * 5, sess["history"]
     assert out.read_text().startswith("{")
