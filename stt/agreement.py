@@ -15,7 +15,10 @@ from __future__ import annotations
 from stt.events import Word
 
 _END_PUNCT = ".?!,;:"
-_DRIFT_S = 0.1  # word boundaries of two decodes of the same audio differ by this much
+# word boundaries of two decodes of the same audio differ by this much: up to ~0.4 s next to
+# a pause (a stable "yes" at 0.86-1.00 s came back at 1.28-1.42 s, a first "Yes," taking in
+# the pause; at 0.1 s it did not align and was said twice, 1 replay in 8)
+_DRIFT_S = 0.4
 _MAX_ALIGN = 32  # stable words aligned at most (the newest ones)
 
 

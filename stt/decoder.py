@@ -90,9 +90,9 @@ class WhisperDecoder:
         end_s = len(audio) / SAMPLE_RATE
         beam = beam_size or self.config.beam_size
         words = self._words(enc, prompt, beam, end_s)
-        if prompt.strip() or beam > 1:  # the other decode drops the prompt, or else the beam
-            other_beam = beam if prompt.strip() else 1
-            words = drop_unheard_repeat(words, lambda: self._words(enc, "", other_beam, end_s))
+        other_beam = beam if prompt.strip() else 1  # the other decode drops the prompt, or else the beam
+        other = (lambda: self._words(enc, "", other_beam, end_s)) if prompt.strip() or beam > 1 else None
+        words = drop_unheard_repeat(words, other)
         if stages is not None:
             stages["text_s"] = time.perf_counter() - t1
         return words, time.perf_counter() - t0
@@ -131,23 +131,34 @@ class WhisperDecoder:
 _UNHEARD_S = 0.01  # word times are 20 ms alignment steps: under one step is none
 
 
-def drop_unheard_repeat(words: list[Word], other_decode: Callable[[], list[Word]]) -> list[Word]:
+def drop_unheard_repeat(words: list[Word], other_decode: Callable[[], list[Word]] | None) -> list[Word]:
     """Whisper can loop on a short buffer: 1.3 s of "including tax" after a pause, prompted
     with "The total comes to $5.20.", gave "Including tax. Including tax." (the copy aligned
     to 0 s), unprompted "including tax."; at a slower speed the unprompted beam search looped
     too and greedy search did not. So a phrase said back to back at the end stays only as
     often as `other_decode` (the same audio decoded without the prompt, or greedily; called
     only then) says it too: a loop rarely survives both, a real "no, no" is in the audio.
-    A copy aligned to no audio at all (every word of it 0 s long: "No, no." cut at the pause
-    gave "No... No... No...", the third at 1.00-1.00 s, and the other decode looped too) is
-    dropped without asking."""
+    Words aligned to no audio at the end that only say again what was said before them are
+    dropped without asking (`other_decode` None: nothing more to ask): "No, no." cut at the
+    pause gave "No... No... No...", the third at 1.00-1.00 s, and the other decode looped too;
+    "Hello? Hello, is anyone there?" gave the whole question twice more at 2.08-2.08 s, the
+    last copy cut short, so no trailing repeat is whole."""
+    words = _drop_unheard_tail(words)
     n, copies = _trailing_repeat(words)
-    while copies > 1 and all(w.end - w.start < _UNHEARD_S for w in words[-n:]):
-        words, copies = words[:-n], copies - 1
-    if copies < 2:
+    if copies < 2 or other_decode is None:
         return words
     keep = max(1, _copies(other_decode(), words[-n:]))
     return words[:len(words) - n * max(0, copies - keep)]
+
+
+def _drop_unheard_tail(words: list[Word]) -> list[Word]:
+    """`words` less the run of 0 s words that ends it, when each of those says a word said
+    before the run (a loop past the audio's end); else `words`."""
+    k = len(words)
+    while k > 0 and words[k - 1].end - words[k - 1].start < _UNHEARD_S:
+        k -= 1
+    said = {w.norm for w in words[:k]}
+    return words[:k] if 0 < k < len(words) and all(w.norm in said for w in words[k:]) else words
 
 
 def _copies(words: list[Word], phrase: list[Word]) -> int:

@@ -49,6 +49,12 @@ def test_a_word_said_twice_is_not_taken_for_the_stable_one():
     h = committed((" yes,", 0.0, 0.88))
     h.insert(W((" Yes,", 0.0, 1.28), (" yes,", 1.28, 1.42), (" that", 1.42, 1.6), (" is", 1.6, 1.78)))
     assert [w.norm for w in h.tail] == ["yes", "that", "is"]
+    # the second "yes" became stable at 0.86-1.00 s; the next decode puts it at 1.28-1.42 s
+    # (its first "Yes," took in the pause): 0.28 s of drift next to a pause, still that "yes"
+    h = committed((" Yes", 0.0, 0.64), (" yes", 0.86, 1.0))
+    h.commit_all(W((" Yes,", 0.0, 1.28), (" yes,", 1.28, 1.42), (" that", 1.42, 1.6), (" is", 1.6, 1.78),
+                   (" right.", 1.78, 1.96)))
+    assert join_words(h.committed) == "Yes yes that is right."
     h = committed((" No,", 0.0, 0.4))
     h.commit_all(W((" No,", 0.0, 0.45), (" no.", 0.5, 0.9), (" I", 1.0, 1.1), (" said", 1.1, 1.4)))
     assert join_words(h.committed) == "No, no. I said"
@@ -120,7 +126,21 @@ def test_a_repeat_in_the_audio_is_kept():
     def never() -> list[Word]:
         raise AssertionError("no second decode without a repeat")
 
-    assert drop_unheard_repeat(LOOP[:3], never) == LOOP[:3]
+    heard = LOOP[:2] + W((" Including", 0.82, 1.1))
+    assert drop_unheard_repeat(heard, never) == heard
+
+
+def test_a_loop_past_the_end_of_the_audio_is_dropped_even_when_cut_short():
+    # tiny.en, interim decode of "Hello? Hello, is anyone there?" (Piper): the question again
+    # at the buffer's end, every word 0 s long, the last copy cut short
+    said = W((" Hello?", 0.0, 1.08), (" Hello?", 1.08, 1.54), (" Is", 1.54, 1.54), (" anyone", 1.54, 1.84),
+             (" there?", 1.84, 2.08))
+    loop = W((" Hello?", 2.08, 2.08), (" Hello?", 2.08, 2.08), (" Is", 2.08, 2.08), (" anyone", 2.08, 2.08),
+             (" there?", 2.08, 2.08), (" Hello?", 2.08, 2.08))
+    assert drop_unheard_repeat(said + loop, None) == said
+    # 0 s words past the end that say something new are kept (the next decode decides)
+    new = said + W((" Bob?", 2.08, 2.08))
+    assert drop_unheard_repeat(new, None) == new
 
 
 # -- the whole utterance with a scripted decoder ----------------------------------------------

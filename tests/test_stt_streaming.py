@@ -104,9 +104,10 @@ def test_preflight_when_speech_pauses(streamed):
 
 
 # A pause, then a short last stretch: decoded alone and prompted with the stable text, tiny.en
-# looped on it ("... $5.20. Including tax. Including tax."); and words said twice on purpose.
+# looped on it ("... $5.20. Including tax. Including tax."); and words said twice on purpose
+# (the last: a decode at the buffer's end said the question twice more, in 0 s words).
 PAUSE_TEXTS = ("The total comes to $5.20, including tax.", "No, no. I said Tuesday, not Thursday.",
-               "Yes. Yes, that is right. Go ahead.")
+               "Yes. Yes, that is right. Go ahead.", "Hello? Hello, is anyone there?")
 
 
 def _check_each_word_once(text: str, final, clip_s: float) -> None:
