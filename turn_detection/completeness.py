@@ -44,13 +44,20 @@ _LEXICON: dict[str, tuple[str, ...]] = {
 }
 _CLASS = {w: c for c, words in _LEXICON.items() for w in words}
 _NOT_WORD = re.compile(r"[^a-z0-9' ]+")
-_DIGITS = re.compile(r"[0-9]+")
+# one number as Whisper writes it: "7", "6:30", "5.20", "10,000" (a trailing "." or "," ends it)
+_NUMBER = re.compile(r"[0-9]+(?:[.,:][0-9]+)*")
+_DOLLARS = re.compile(r"\$\s*([0-9]+(?:[.,][0-9]+)*)")
 
 
 def normalize(text: str) -> list[str]:
-    """Lower case words without punctuation; digit runs become '0' (Whisper writes numbers as
-    digits, our sentences as words: both end a turn the same way)."""
-    t = _DIGITS.sub(" 0 ", _NOT_WORD.sub(" ", text.lower().replace("-", " ")))
+    """Lower case words without punctuation; a number becomes '0', its signs words ("$5.20" ->
+    "0 dollars", "30%" -> "0 percent"): Whisper writes "30%" where the training sentences say
+    "thirty percent", and the sign is what ends the turn ("... down to 30%" scored 0.41 with
+    the "%" dropped, 0.97 read as "percent"). Training the scorer on a digit spelling of the
+    corpus too was tried and gained nothing on 15 number-ending requests (15/15 above their
+    cut either way), validation AUC 0.968 -> 0.967."""
+    t = _DOLLARS.sub(r" \1 dollars ", text.lower().replace("-", " ").replace("%", " percent "))
+    t = _NOT_WORD.sub(" ", _NUMBER.sub(" 0 ", t))
     return [w.strip("'") for w in t.split() if w.strip("'")]
 
 
