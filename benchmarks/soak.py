@@ -184,6 +184,9 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
             "rss_mb_series": [round(s["rss_mb"], 1) for s in samples],  # after each turn, in finishing order
             # what malloc has handed out and not had back (pipeline.allocator.heap_in_use_mb)
             "heap_mb_series": [None if s["heap_mb"] is None else round(s["heap_mb"], 1) for s in samples],
+            # Python objects alive (pymalloc blocks): flat with a rising RSS means pages the
+            # allocators keep, rising means objects that stay
+            "py_blocks_series": series["py_blocks"] if None not in series["py_blocks"] else None,
             "tts_arena_shrinks_series": shrinks if None not in shrinks else None,
             "slopes_per_100_turns": {k: slope_per_100(v) for k, v in series.items() if k != "rss_mb"},
             "during": {k: [min(v), max(v)] for k, v in series.items() if v and None not in v},

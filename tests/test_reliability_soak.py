@@ -26,6 +26,7 @@ def test_a_short_soak_answers_every_turn_and_leaves_nothing_behind(tmp_path):
     if sys.getallocatedblocks():  # pymalloc (the default) counts its blocks
         assert 0 < lvl["during"]["py_blocks"][0] <= lvl["during"]["py_blocks"][1]
         assert lvl["slopes_per_100_turns"]["py_blocks"] is not None
+        assert len(lvl["py_blocks_series"]) == 10 and min(lvl["py_blocks_series"]) > 0
     for sess in lvl["per_session"]:  # every question asked after the previous reply played out
         assert sess["history"]["system_first"] and sess["history"]["messages"] == 2 * 5, sess["history"]
     assert out.read_text().startswith("{")
