@@ -10,7 +10,8 @@ freed pages), the allocator (run as a script, it re-executes on jemalloc as `par
 pipeline/allocator.py), engine free blocks before / after, live asyncio tasks and threads before / after,
 per-session p50 / p90 perceived latency, and what the last request sent (messages, tokens
 against the context window, the system prompt first). Each question waits for the previous
-reply to play out. Default:
+reply to play out. The loaded objects are frozen first, as the `parley` commands do
+(`--no-freeze`: not), and the full garbage collections of each level are counted. Default:
 timed fakes for STT / LLM / TTS (real Silero VAD); `--real` loads the embedded models.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -29,7 +31,7 @@ import numpy as np
 
 from benchmarks.voice_report import cpu_model
 from parley.audio import resample
-from pipeline.allocator import allocator_in_use, heap_in_use_mb, reexec_under_jemalloc
+from pipeline.allocator import allocator_in_use, freeze_loaded_objects, heap_in_use_mb, reexec_under_jemalloc
 
 FRAME = 320  # 20 ms at 16 kHz
 QUESTION = "What is the weather like today?"
@@ -94,6 +96,23 @@ class _Tally:
     def played_out(self) -> bool:
         """The agent spoke since the last `spoke = False` and is back to listening."""
         return self.spoke and self.state == "listening"
+
+
+class _FullCollections:
+    """CPython's full (generation 2) collections while registered in gc.callbacks, and the
+    longest one: the pause every thread takes while it walks the objects it can reach."""
+
+    def __init__(self) -> None:
+        self.count, self.max_ms, self._t0 = 0, 0.0, None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.count, self.max_ms = self.count + 1, max(self.max_ms, (time.perf_counter() - self._t0) * 1000)
+            self._t0 = None
 
 
 async def _listen(vs, until, limit_s: float) -> bool:
@@ -172,9 +191,13 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
     blocks0 = getattr(engine, "num_free_blocks", None)
     tasks0, threads0 = len(asyncio.all_tasks()), threading.active_count()
     samples: list[dict] = []
-    t0 = time.monotonic()
-    per = await asyncio.gather(*(_session(cfg, comps, audio, turns, samples, speed) for _ in range(n)))
-    await asyncio.sleep(1.0)  # let closed sessions' threads end
+    t0, full = time.monotonic(), _FullCollections()
+    gc.callbacks.append(full)
+    try:
+        per = await asyncio.gather(*(_session(cfg, comps, audio, turns, samples, speed) for _ in range(n)))
+        await asyncio.sleep(1.0)  # let closed sessions' threads end
+    finally:
+        gc.callbacks.remove(full)
     series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "py_blocks", "tasks", "threads", "free_blocks")}
     shrinks = [s["tts_arena_shrinks"] for s in samples]
     return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
@@ -195,7 +218,8 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
             "tasks": [tasks0, len(asyncio.all_tasks())], "threads": [threads0, threading.active_count()],
             "p50_ms": float(np.median([p["p50_ms"] for p in per if p["p50_ms"] is not None] or [np.nan])),
             "p90_ms": float(np.median([p["p90_ms"] for p in per if p["p90_ms"] is not None] or [np.nan])),
-            "last_budget_complete": all(p["last_budget_complete"] for p in per), "per_session": per}
+            "last_budget_complete": all(p["last_budget_complete"] for p in per),
+            "full_collections": full.count, "full_collection_max_ms": round(full.max_ms, 1), "per_session": per}
 
 
 def table(levels: list[dict]) -> str:
@@ -208,9 +232,11 @@ def table(levels: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0) -> dict:
+def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0, freeze: bool = True) -> dict:
     cfg, comps = components(real)
     audio = speech()
+    # as the `parley` commands do once their models have loaded (pipeline/allocator.py)
+    frozen = freeze_loaded_objects() if freeze else 0
     try:
         levels = [asyncio.run(level(cfg, comps, audio, n, turns, speed)) for n in sessions]
     finally:
@@ -218,7 +244,8 @@ def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0) -> dict
     return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "speed": speed,
             "cpu": cpu_model(), "allocator": allocator_in_use(),
             # "malloc": CPython's small objects on the allocator too (then in heap_mb), not pymalloc's arenas
-            "python_allocator": os.environ.get("PYTHONMALLOC") or "pymalloc", "levels": levels}
+            "python_allocator": os.environ.get("PYTHONMALLOC") or "pymalloc", "gc_frozen_objects": frozen,
+            "levels": levels}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -229,12 +256,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--speed", type=float, default=1.0,
                    help="push the question this many times faster than real time (replies still play "
                         "in real time; perceived latency is only comparable at 1.0)")
+    p.add_argument("--no-freeze", action="store_true",
+                   help="leave the loaded objects to the garbage collector (the `parley` commands freeze them)")
     p.add_argument("--out", help="write the JSON here")
     a = p.parse_args(argv)
     sessions = [int(s) for s in a.sessions.split(",")]
     if a.turns < 1 or any(n < 1 for n in sessions) or not 0.5 <= a.speed <= 8:
         raise SystemExit("--turns and every --sessions level must be >= 1, --speed in [0.5, 8]")
-    result = run(a.turns, sessions, a.real, a.speed)
+    result = run(a.turns, sessions, a.real, a.speed, freeze=not a.no_freeze)
     print(table(result["levels"]))
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1))

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 
+from pipeline.allocator import freeze_loaded_objects
 from pipeline.audio_io import MarkingAudioOutput
 from pipeline.components import Components, load_components
 from pipeline.config import SessionConfig
@@ -20,8 +21,11 @@ def missing_livekit_env(environ=os.environ) -> list[str]:
     return [name for name in LIVEKIT_ENV if not environ.get(name)]
 
 
-def build_worker(config: SessionConfig, *, max_retry: int = 16, components: Components | None = None):
-    """An AgentServer whose room sessions run `config`. Models load on the first job."""
+def build_worker(config: SessionConfig, *, max_retry: int = 16, components: Components | None = None,
+                 freeze_loaded: bool = False):
+    """An AgentServer whose room sessions run `config`. Models load on the first job; with
+    `freeze_loaded` (a process that is the worker's alone: `parley livekit`), the objects alive
+    then leave the garbage collector's reach (pipeline/allocator.py, freeze_loaded_objects)."""
     from livekit.agents import AgentServer, JobContext
     from livekit.agents.job import JobExecutorType
 
@@ -35,6 +39,8 @@ def build_worker(config: SessionConfig, *, max_retry: int = 16, components: Comp
         async with lock:
             if "c" not in loaded:
                 loaded["c"] = await asyncio.to_thread(load_components, config)
+                if freeze_loaded:
+                    freeze_loaded_objects()
         await ctx.connect()
         parts = build_session(config, loaded["c"])
         await parts.session.start(parts.agent, room=ctx.room)

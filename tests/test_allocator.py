@@ -3,6 +3,7 @@ under jemalloc and when it stays, and that the re-executed process really runs o
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from parley.errors import ParleyError
-from pipeline.allocator import MALLOC_CONF, jemalloc_env
+from pipeline.allocator import MALLOC_CONF, heap_in_use_mb, jemalloc_env
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +39,55 @@ def test_the_reexecuted_process_runs_on_the_chosen_allocator(choice, expected):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == expected, out.stderr
+
+
+def test_reading_the_heap_leaves_no_cyclic_garbage():
+    # the soak reads it after every turn: a CDLL opened per call was a class of garbage a turn
+    heap_in_use_mb()
+    gc.collect()
+    for _ in range(5):
+        heap_in_use_mb()
+    assert gc.collect() == 0
+
+
+# A loaded process's long-lived objects, then "turns" whose objects live through a few turns
+# (so the young collections promote them) and then become cyclic garbage, as a session's do.
+_GARBAGE = """
+import gc, sys
+from collections import deque
+from pipeline.allocator import freeze_loaded_objects
+loaded = [[i] for i in range(400_000)]
+gc.collect()
+frozen = freeze_loaded_objects() if sys.argv[1] == "1" else 0
+full0 = gc.get_stats()[2]["collections"]
+recent = deque(maxlen=20)
+for turn in range(1000):
+    held = []
+    for _ in range(300):
+        node = {"turn": turn}
+        node["self"] = node
+        held.append(node)
+        junk = [[] for _ in range(5)]
+    recent.append(held)
+full = gc.get_stats()[2]["collections"] - full0
+pending = len(gc.get_objects(generation=2))
+gc.collect()
+print(frozen, full, pending - len(gc.get_objects(generation=2)))
+"""
+
+
+def _garbage_run(freeze: bool) -> tuple[int, int, int]:
+    out = subprocess.run([sys.executable, "-c", _GARBAGE, "1" if freeze else "0"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=True)
+    frozen, full, garbage = map(int, out.stdout.split())
+    return frozen, full, garbage
+
+
+def test_frozen_loaded_objects_let_full_collections_free_a_sessions_garbage():
+    # in its own process: freezing is for the process's owner, never for pytest's
+    frozen, full, garbage = _garbage_run(freeze=True)
+    _, full_before, garbage_before = _garbage_run(freeze=False)
+    assert frozen >= 400_000
+    # unfrozen, a full collection waits for 100k promotions (a quarter of the 400k): the
+    # garbage piles up; frozen, full collections come at CPython's usual pace
+    assert full > full_before and garbage * 3 < garbage_before, (full, garbage, full_before, garbage_before)

@@ -85,8 +85,10 @@ class EspeakClauses:
         return v.name, v.languages, v.identifier, v.gender, v.age, v.variant
 
     def __call__(self, text: str) -> list[tuple[str, str, bool]]:
-        buf = ctypes.create_string_buffer(text.replace("\x00", " ").encode("utf-8"))
-        ptr = ctypes.c_void_p(ctypes.addressof(buf))  # espeak-ng advances it; NULL after the last clause
+        # the bytes' own NUL-terminated buffer, which espeak-ng only reads: create_string_buffer
+        # made a c_char array class for each new length, cyclic garbage once dropped (~3 a turn)
+        text_p = ctypes.c_char_p(text.replace("\x00", " ").encode("utf-8"))
+        ptr = ctypes.cast(text_p, ctypes.c_void_p)  # espeak-ng advances it; NULL after the last clause
         code = ctypes.c_int(0)
         clauses = []
         while ptr.value is not None:

@@ -39,7 +39,7 @@ def _run_worker(args) -> int:
     config = SessionConfig.from_args(args)
     logging.basicConfig(level=logging.DEBUG if args.dev else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = build_worker(config)
+    server = build_worker(config, freeze_loaded=True)
     try:
         asyncio.run(server.run(devmode=args.dev))
     except RuntimeError as e:  # livekit's own words, e.g. "failed to connect to livekit after 16 attempts"

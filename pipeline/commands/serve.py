@@ -38,6 +38,7 @@ def run(args) -> int:
     from llm_engine import LLMEngine
     from llm_engine.engine import DEFAULT_MODEL
     from llm_engine.server import ServerConfig, serve
+    from pipeline.allocator import freeze_loaded_objects
 
     name = args.served_model_name or (Path(args.model).stem if args.model else DEFAULT_MODEL)
     # Validated before the model loads, so a refused --host costs nothing.
@@ -51,6 +52,7 @@ def run(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     engine = LLMEngine.from_pretrained(args.model, speculative=spec, weight_format=args.weight_format,
                                        num_threads=args.threads, max_num_seqs=args.max_num_seqs)
+    freeze_loaded_objects()  # this process is ours: see pipeline/allocator.py
 
     def ready(port: int) -> None:
         print(f"parley serve: {name} on http://{config.host}:{port}/v1", flush=True)

@@ -7,6 +7,7 @@ import asyncio
 import sys
 import webbrowser
 
+from pipeline.allocator import freeze_loaded_objects
 from pipeline.talk import TalkConfig, TalkServer, serve
 
 
@@ -20,6 +21,7 @@ def run(args) -> int:
     # the models load before the page opens, not while the first visitor's audio queues up
     print("parley talk: loading the models ...", file=sys.stderr, flush=True)
     components = load_components(session_config)
+    freeze_loaded_objects()  # this process is ours: see pipeline/allocator.py
     # 60 ms ahead of real time: the page's jitter buffer plays from it
     factory = session_factory(session_config, components, lead_s=0.06)
 
