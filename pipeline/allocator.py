@@ -72,12 +72,13 @@ def freeze_loaded_objects() -> int:
 
     Why: CPython runs a full collection only when the objects promoted since the last one
     exceed a quarter of those that survived it. With ~480k long-lived objects that is ~120k
-    promotions, which a conversation reaches after ~1,500 turns, so its cyclic garbage (livekit's
-    ~80 objects a turn in a real soak: live +3 a turn after a full
-    collection, +82 without one) stayed in memory that long. Frozen, they no longer count: full collections come at
-    CPython's usual pace and walk only what the session made since, 0.0 ms here where a full
-    collection of the loaded process took 50-75 ms (a 2-core Xeon, the embedded models). The
-    collection after the freeze resets the survivor count the next trigger is measured from."""
+    promotions, so a conversation's cyclic garbage (livekit's closed channels and their
+    tracebacks, ~80 pymalloc blocks a turn in a real soak) waited ~1,500 turns (a probe saw
+    no full collection in a soak's turns). Frozen, the loaded objects count no more and are not
+    walked: a full collection right after took 0.0 ms where one of the loaded process took
+    50-75 ms (2-core Xeon, embedded models), and a 200-turn soak ran 4 (the longest 47 ms,
+    over what the session had made since). The collection after the freeze resets the count
+    of survivors the next trigger is measured from."""
     gc.collect()  # the loading's own garbage is freed, not frozen
     gc.freeze()
     gc.collect()
