@@ -42,6 +42,15 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
+def os_threads() -> int | None:
+    """The process's native threads (thread pools of onnxruntime, torch, ...), where
+    threading.active_count sees only Python's; None without procfs."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
 def speech() -> np.ndarray:
     from tts.piper_voice import PiperOptions, PiperVoiceModel
 
@@ -153,6 +162,9 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             await _listen(vs, tally.played_out, 30)
             await _listen(vs, lambda: False, 0.8)  # silence between turns
             samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(),
+                            # native threads too: a new pool thread's stack and allocator cache
+                            # would be a step of RSS that the heap does not show
+                            "os_threads": os_threads(),
                             # CPython's live objects in pymalloc blocks: tells objects that stay from
                             # arena pages kept (None under PYTHONMALLOC=malloc, which counts none)
                             "py_blocks": sys.getallocatedblocks() or None, "tasks": len(asyncio.all_tasks()),
@@ -198,7 +210,8 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
         await asyncio.sleep(1.0)  # let closed sessions' threads end
     finally:
         gc.callbacks.remove(full)
-    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "py_blocks", "tasks", "threads", "free_blocks")}
+    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "py_blocks", "tasks",
+                                                    "threads", "os_threads", "free_blocks")}
     shrinks = [s["tts_arena_shrinks"] for s in samples]
     return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
             "answered": sum(p["answered"] for p in per), "lost": sum(p["lost"] for p in per),
@@ -207,6 +220,7 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
             "rss_mb_series": [round(s["rss_mb"], 1) for s in samples],  # after each turn, in finishing order
             # what malloc has handed out and not had back (pipeline.allocator.heap_in_use_mb)
             "heap_mb_series": [None if s["heap_mb"] is None else round(s["heap_mb"], 1) for s in samples],
+            "os_threads_series": series["os_threads"],
             # Python objects alive (pymalloc blocks): flat with a rising RSS means pages the
             # allocators keep, rising means objects that stay
             "py_blocks_series": series["py_blocks"] if None not in series["py_blocks"] else None,
@@ -235,16 +249,23 @@ def table(levels: list[dict]) -> str:
 def run(turns: int, sessions: list[int], real: bool, speed: float = 1.0, freeze: bool = True) -> dict:
     cfg, comps = components(real)
     audio = speech()
-    # as the `parley` commands do once their models have loaded (pipeline/allocator.py)
+    # as the `parley` commands do once their models have loaded (pipeline/allocator.py), with
+    # the session code imported first, as they have: livekit and what it imports (~115k objects)
+    # left unfrozen made a full collection walk them (45 ms a turn) and come ~100 turns apart
+    import pipeline.session  # noqa: F401
+
     frozen = freeze_loaded_objects() if freeze else 0
     try:
         levels = [asyncio.run(level(cfg, comps, audio, n, turns, speed)) for n in sessions]
     finally:
         comps.close()
+    gc.collect()
+    unfrozen = len(gc.get_objects())  # what a full collection walks now that the sessions are gone
     return {"benchmark": "soak", "real_models": real, "turns_per_session": turns, "speed": speed,
             "cpu": cpu_model(), "allocator": allocator_in_use(),
             # "malloc": CPython's small objects on the allocator too (then in heap_mb), not pymalloc's arenas
             "python_allocator": os.environ.get("PYTHONMALLOC") or "pymalloc", "gc_frozen_objects": frozen,
+            "gc_unfrozen_objects": unfrozen,
             "levels": levels}
 
 

@@ -66,8 +66,9 @@ def reexec_under_jemalloc() -> None:
 
 
 def freeze_loaded_objects() -> int:
-    """Move every object alive now (the models, the libraries: ~360k objects) out of the cyclic
-    garbage collector's reach for good; call it once, after the models load, in a program that
+    """Move every object alive now (the models, the libraries: ~476k objects) out of the cyclic
+    garbage collector's reach for good; call it once, after the models load and the session code
+    is imported (pipeline.session, which brings livekit: ~115k objects more), in a program that
     owns its process. -> the number of objects frozen.
 
     Why: CPython runs a full collection only when the objects promoted since the last one
@@ -76,9 +77,10 @@ def freeze_loaded_objects() -> int:
     tracebacks, ~80 pymalloc blocks a turn in a real soak) waited ~1,500 turns (a probe saw
     no full collection in a soak's turns). Frozen, the loaded objects count no more and are not
     walked: a full collection right after took 0.0 ms where one of the loaded process took
-    50-75 ms (2-core Xeon, embedded models), and a 200-turn soak ran 4 (the longest 47 ms,
-    over what the session had made since). The collection after the freeze resets the count
-    of survivors the next trigger is measured from."""
+    50-75 ms (2-core Xeon, embedded models). A 200-turn soak frozen before livekit was imported
+    ran 4 (the longest 47 ms: livekit's ~115k objects were walked each time, and the garbage
+    waited ~100 turns for them); frozen after, 7 (the longest 3.2 ms). The collection after the
+    freeze resets the count of survivors the next trigger is measured from."""
     gc.collect()  # the loading's own garbage is freed, not frozen
     gc.freeze()
     gc.collect()
