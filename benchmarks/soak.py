@@ -11,7 +11,9 @@ pipeline/allocator.py), engine free blocks before / after, live asyncio tasks an
 per-session p50 / p90 perceived latency, and what the last request sent (messages, tokens
 against the context window, the system prompt first). Each question waits for the previous
 reply to play out. The loaded objects are frozen first, as the `parley` commands do
-(`--no-freeze`: not), and the full garbage collections of each level are counted. Default:
+(`--no-freeze`: not), and the full garbage collections of each level are counted. Per turn,
+resident memory is also split by kind of mapping, beside jemalloc's account and CPython's
+arenas (a step that no allocator's account shows is pages touched for the first time). Default:
 timed fakes for STT / LLM / TTS (real Silero VAD); `--real` loads the embedded models.
 """
 
@@ -31,7 +33,15 @@ import numpy as np
 
 from benchmarks.voice_report import cpu_model
 from parley.audio import resample
-from pipeline.allocator import allocator_in_use, freeze_loaded_objects, heap_in_use_mb, reexec_under_jemalloc
+from pipeline.allocator import (
+    JEMALLOC_STATS,
+    allocator_in_use,
+    freeze_loaded_objects,
+    heap_in_use_mb,
+    jemalloc_stats_mb,
+    pymalloc_arenas_mb,
+    reexec_under_jemalloc,
+)
 
 FRAME = 320  # 20 ms at 16 kHz
 QUESTION = "What is the weather like today?"
@@ -49,6 +59,36 @@ def os_threads() -> int | None:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return None
+
+
+SPLIT = ("file", "stacks", "anon", "lazy_free", "anon_huge")
+
+
+def rss_split_mb() -> dict[str, float] | None:
+    """Resident memory by kind, from /proc/self/smaps, for telling a step of RSS apart: file
+    pages (weights, libraries), thread stacks (8 MiB mappings), other anonymous memory (malloc's
+    extents, CPython's object arenas: the kernel merges neighbouring arenas into one mapping,
+    so pipeline.allocator.pymalloc_arenas_mb counts those); and, within those, pages freed with
+    MADV_FREE that the kernel has not taken back yet (lazy_free) and transparent huge pages
+    (anon_huge: khugepaged fills a 2 MiB range in at any time). None without procfs."""
+    kb = dict.fromkeys(SPLIT, 0)
+    kind = "anon"
+    try:
+        with open("/proc/self/smaps") as f:
+            for line in f:
+                head = line.split(maxsplit=6)
+                if "-" in head[0] and not head[0].endswith(":"):  # a mapping: "lo-hi perms off dev inode [path]"
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    path = head[5].strip() if len(head) > 5 else ""
+                    kind = ("stacks" if path.startswith("[stack") or (not path and hi - lo == 8 << 20)
+                            else "file" if path and not path.startswith("[") else "anon")
+                elif head[0] == "Rss:":
+                    kb[kind] += int(head[1])
+                elif head[0] in ("LazyFree:", "AnonHugePages:"):
+                    kb["lazy_free" if head[0] == "LazyFree:" else "anon_huge"] += int(head[1])
+    except OSError:
+        return None
+    return {k: round(v / 1024, 2) for k, v in kb.items()}
 
 
 def speech() -> np.ndarray:
@@ -164,7 +204,8 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(),
                             # native threads too: a new pool thread's stack and allocator cache
                             # would be a step of RSS that the heap does not show
-                            "os_threads": os_threads(),
+                            "os_threads": os_threads(), "rss_split": rss_split_mb(),
+                            "jemalloc": jemalloc_stats_mb(), "py_arenas_mb": pymalloc_arenas_mb(),
                             # CPython's live objects in pymalloc blocks: tells objects that stay from
                             # arena pages kept (None under PYTHONMALLOC=malloc, which counts none)
                             "py_blocks": sys.getallocatedblocks() or None, "tasks": len(asyncio.all_tasks()),
@@ -210,7 +251,7 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
         await asyncio.sleep(1.0)  # let closed sessions' threads end
     finally:
         gc.callbacks.remove(full)
-    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "py_blocks", "tasks",
+    series = {k: [s[k] for s in samples] for k in ("rss_mb", "heap_mb", "py_blocks", "py_arenas_mb", "tasks",
                                                     "threads", "os_threads", "free_blocks")}
     shrinks = [s["tts_arena_shrinks"] for s in samples]
     return {"sessions": n, "turns_per_session": turns, "speed": speed, "wall_s": time.monotonic() - t0,
@@ -221,6 +262,14 @@ async def level(cfg, comps, audio, n: int, turns: int, speed: float = 1.0) -> di
             # what malloc has handed out and not had back (pipeline.allocator.heap_in_use_mb)
             "heap_mb_series": [None if s["heap_mb"] is None else round(s["heap_mb"], 1) for s in samples],
             "os_threads_series": series["os_threads"],
+            # the same RSS by kind of mapping (rss_split_mb), for a step the heap does not show
+            "rss_split_mb_series": {k: [s["rss_split"][k] for s in samples] for k in SPLIT}
+            if samples and None not in [s["rss_split"] for s in samples] else None,
+            # CPython's object arenas, 1 MiB each: pages a few live objects can pin
+            "pymalloc_arenas_mb_series": series["py_arenas_mb"] if None not in series["py_arenas_mb"] else None,
+            # jemalloc's own account (pipeline.allocator.JEMALLOC_STATS): fragmentation, metadata
+            "jemalloc_mb_series": {k: [round(s["jemalloc"][k], 2) for s in samples] for k in JEMALLOC_STATS}
+            if samples and None not in [s["jemalloc"] for s in samples] else None,
             # Python objects alive (pymalloc blocks): flat with a rising RSS means pages the
             # allocators keep, rising means objects that stay
             "py_blocks_series": series["py_blocks"] if None not in series["py_blocks"] else None,

@@ -22,6 +22,7 @@ import ctypes.util
 import functools
 import gc
 import os
+import re
 import sys
 from collections.abc import Mapping
 
@@ -99,7 +100,62 @@ def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None)
     if hasattr(libc, "mallinfo2"):
         libc.mallinfo2.restype = _MallInfo2
+    if hasattr(libc, "open_memstream"):  # a FILE * that writes into memory (pymalloc_arenas_mb)
+        libc.open_memstream.restype = ctypes.c_void_p
+        libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+        libc.fclose.argtypes, libc.free.argtypes = [ctypes.c_void_p], [ctypes.c_void_p]
     return libc
+
+
+# jemalloc's statistics (bytes): allocated (what the program holds), active (its pages, so
+# active - allocated is fragmentation in the runs), metadata, resident (pages jemalloc counts
+# as touched, dirty ones not yet purged included), mapped, retained (virtual, not resident)
+JEMALLOC_STATS = ("allocated", "active", "metadata", "resident", "mapped", "retained")
+
+
+def jemalloc_stats_mb() -> dict[str, float] | None:
+    """JEMALLOC_STATS in MiB, refreshed now; None when this process does not run on jemalloc."""
+    if allocator_in_use() != "jemalloc":
+        return None
+    libc, out = _libc(), {}
+    epoch = ctypes.c_uint64(1)  # refreshes the statistics
+    libc.mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(ctypes.sizeof(epoch)))
+    for name in JEMALLOC_STATS:
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+        if libc.mallctl(f"stats.{name}".encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
+            return None
+        out[name] = value.value / 2**20
+    return out
+
+
+_ARENAS = re.compile(rb"# arenas allocated current\s*=\s*([0-9]+)")
+PYMALLOC_ARENA_MB = 1.0  # CPython >= 3.10 on 64-bit: 1 MiB arenas
+
+
+def pymalloc_arenas_mb() -> float | None:
+    """CPython's small-object arenas allocated now, in MiB (anonymous mappings the kernel merges
+    when they are neighbours, so smaps cannot count them): from the interpreter's own statistics
+    (_PyObject_DebugMallocStats, written into memory, not to stderr). None without pymalloc
+    (PYTHONMALLOC=malloc) or without those statistics."""
+    libc = _libc()
+    stats = getattr(ctypes.pythonapi, "_PyObject_DebugMallocStats", None)
+    if stats is None or not hasattr(libc, "open_memstream"):
+        return None
+    stats.argtypes, stats.restype = [ctypes.c_void_p], ctypes.c_int
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    stream = libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not stream:
+        return None
+    try:
+        written = stats(stream)
+    finally:
+        libc.fclose(stream)  # sets buf and size
+    try:
+        text = ctypes.string_at(buf.value, size.value) if buf.value else b""
+    finally:
+        libc.free(buf)
+    m = _ARENAS.search(text.replace(b",", b""))
+    return int(m.group(1)) * PYMALLOC_ARENA_MB if written and m else None
 
 
 def heap_in_use_mb() -> float | None:
@@ -107,14 +163,10 @@ def heap_in_use_mb() -> float | None:
     Python's large objects hold, without the pages an allocator keeps (RSS minus this, roughly,
     is the allocator's and the mapped files'). jemalloc's stats.allocated, glibc's mallinfo2
     (in use + mmapped); None on any other allocator."""
-    libc = _libc()
     if allocator_in_use() == "jemalloc":
-        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
-        epoch = ctypes.c_uint64(1)  # refreshes the statistics
-        libc.mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(ctypes.sizeof(epoch)))
-        if libc.mallctl(b"stats.allocated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
-            return None
-        return value.value / 2**20
+        stats = jemalloc_stats_mb()
+        return None if stats is None else stats["allocated"]
+    libc = _libc()
     if not hasattr(libc, "mallinfo2"):
         return None
     info = libc.mallinfo2()

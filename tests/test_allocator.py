@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from parley.errors import ParleyError
-from pipeline.allocator import MALLOC_CONF, heap_in_use_mb, jemalloc_env
+from pipeline.allocator import MALLOC_CONF, heap_in_use_mb, jemalloc_env, pymalloc_arenas_mb
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,10 +44,24 @@ def test_the_reexecuted_process_runs_on_the_chosen_allocator(choice, expected):
 def test_reading_the_heap_leaves_no_cyclic_garbage():
     # the soak reads it after every turn: a CDLL opened per call was a class of garbage a turn
     heap_in_use_mb()
+    pymalloc_arenas_mb()
     gc.collect()
     for _ in range(5):
         heap_in_use_mb()
+        pymalloc_arenas_mb()
     assert gc.collect() == 0
+
+
+def test_cpython_arenas_are_counted_as_small_objects_come_and_go():
+    if not sys.getallocatedblocks():
+        pytest.skip("PYTHONMALLOC=malloc: no pymalloc arenas to count")
+    before = pymalloc_arenas_mb()
+    held = [[i] for i in range(200_000)]  # ~200k lists + ints: ~16 MB of small blocks
+    grown = pymalloc_arenas_mb()
+    del held
+    gc.collect()
+    assert before is not None and grown - before >= 10, (before, grown)
+    assert pymalloc_arenas_mb() <= grown - 8  # emptied arenas go back
 
 
 # A loaded process's long-lived objects, then "turns" whose objects live through a few turns
@@ -91,3 +105,24 @@ def test_frozen_loaded_objects_let_full_collections_free_a_sessions_garbage():
     # unfrozen, a full collection waits for 100k promotions (a quarter of the 400k): the
     # garbage piles up; frozen, full collections come at CPython's usual pace
     assert full > full_before and garbage * 3 < garbage_before, (full, garbage, full_before, garbage_before)
+
+
+def test_jemalloc_accounts_for_a_buffer_the_program_holds():
+    code = ("import numpy as np\nfrom pipeline.allocator import jemalloc_stats_mb, reexec_under_jemalloc\n"
+            "reexec_under_jemalloc()\na = jemalloc_stats_mb()\nx = np.ones(32 << 18, np.float32)\n"
+            "b = jemalloc_stats_mb()\nprint(a['allocated'], b['allocated'], b['active'], b['resident'], b['mapped'])")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"} | {"PARLEY_ALLOCATOR": "jemalloc"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    before, allocated, active, resident, mapped = map(float, out.stdout.split())
+    assert allocated - before == pytest.approx(32, abs=1), out.stdout  # the 32 MiB array
+    assert allocated <= active <= mapped and 0 < resident <= mapped, out.stdout
+
+
+def test_no_jemalloc_statistics_on_the_system_allocator():
+    code = ("from pipeline.allocator import jemalloc_stats_mb, reexec_under_jemalloc\n"
+            "reexec_under_jemalloc()\nprint(jemalloc_stats_mb())")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"} | {"PARLEY_ALLOCATOR": "system"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "None", out.stderr

@@ -68,3 +68,21 @@ def test_the_soak_freezes_the_session_code_it_runs(tmp_path):
     assert result["levels"][0]["answered"] == 2
     assert result["gc_frozen_objects"] > 200_000, result["gc_frozen_objects"]
     assert result["gc_unfrozen_objects"] < 20_000, result["gc_unfrozen_objects"]
+
+
+def test_the_rss_split_adds_up_and_puts_a_buffer_in_anonymous_memory():
+    import numpy as np
+
+    from benchmarks.soak import SPLIT, rss_mb, rss_split_mb
+
+    def resident(split):  # lazy_free and anon_huge are counted within the other kinds
+        return sum(v for k, v in split.items() if k not in ("lazy_free", "anon_huge"))
+
+    before = rss_split_mb()
+    assert set(before) == set(SPLIT) and min(before.values()) >= 0
+    assert resident(before) == pytest.approx(rss_mb(), abs=4.0)
+    buf = np.ones(64 << 18, np.float32)  # 64 MiB, every page touched
+    after = rss_split_mb()
+    assert after["anon"] - before["anon"] == pytest.approx(64, abs=4), (before, after)
+    assert abs(after["file"] - before["file"]) < 4 and abs(after["stacks"] - before["stacks"]) < 1
+    del buf
