@@ -33,8 +33,10 @@ MALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000"
 CHOICES = ("jemalloc", "system")
 
 
+@functools.cache
 def allocator_in_use() -> str:
-    """"jemalloc" when this process has it loaded, else "system" (glibc malloc)."""
+    """"jemalloc" when this process has it loaded, else "system" (glibc malloc). Read once: a
+    process's malloc is fixed at its start (LD_PRELOAD), and the soak asks after every turn."""
     try:
         with open("/proc/self/maps") as f:
             return "jemalloc" if "libjemalloc" in f.read() else "system"
