@@ -3,7 +3,8 @@
     python -m benchmarks.soak --turns 20 --sessions 1,4,8 [--real] [--out FILE.json]
 
 Each session hears the same spoken question (Piper, 16 kHz, real-time pace) then 0.8 s of
-silence, `--turns` times. Reported per concurrency level: turns asked / answered, error events,
+silence, `--turns` times (`--speed` N: the question, the silence and the reply's playout all run
+N times faster, so a long soak fits in less time). Reported per concurrency level: turns asked / answered, error events,
 resident memory slope after warm-up (MB per 100 turns, least squares over the turns after the
 first 20%; beside it the slope of the heap in use, to tell a leak from an allocator keeping
 freed pages), the allocator (run as a script, it re-executes on jemalloc as `parley` does:
@@ -164,12 +165,13 @@ class _FullCollections:
             self._t0 = None
 
 
-async def _listen(vs, until, limit_s: float) -> bool:
-    """Keep the microphone live (20 ms of silence every 20 ms) until `until()` or the limit."""
+async def _listen(vs, until, limit_s: float, speed: float = 1.0) -> bool:
+    """Keep the microphone live (20 ms of silence every 20 ms / speed) until `until()` or the
+    limit (real seconds)."""
     end = time.monotonic() + limit_s
     while not until() and time.monotonic() < end:
         vs.push_audio(np.zeros(FRAME, np.int16), 16_000)
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02 / speed)
     return until()
 
 
@@ -187,7 +189,7 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
     from pipeline.session import start_voice_session
 
     tally = _Tally()
-    vs = await start_voice_session(cfg, comps, lambda pcm, rate: None, tally)
+    vs = await start_voice_session(cfg, comps, lambda pcm, rate: None, tally, playout_speed=speed)
     pcm = np.round(audio * 32767).astype(np.int16)
     lost = 0
     try:
@@ -196,11 +198,11 @@ async def _session(cfg, comps, audio: np.ndarray, turns: int, samples: list[dict
             for k, i in enumerate(range(0, len(pcm), FRAME)):
                 vs.push_audio(pcm[i:i + FRAME], 16_000)
                 await asyncio.sleep(max(0.0, t0 + (k + 1) * 0.02 / speed - time.monotonic()))
-            if not await _listen(vs, lambda n=turn + 1 - lost: tally.budgets >= n, 15):
+            if not await _listen(vs, lambda n=turn + 1 - lost: tally.budgets >= n, 15, speed):
                 lost += 1
             # the reply plays out before the next question (barge-in would cut it short)
-            await _listen(vs, tally.played_out, 30)
-            await _listen(vs, lambda: False, 0.8)  # silence between turns
+            await _listen(vs, tally.played_out, 30, speed)
+            await _listen(vs, lambda: False, 0.8 / speed, speed)  # 0.8 s of silence between turns
             samples.append({"rss_mb": rss_mb(), "heap_mb": heap_in_use_mb(),
                             # native threads too: a new pool thread's stack and allocator cache
                             # would be a step of RSS that the heap does not show
@@ -324,8 +326,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sessions", default="1,4,8", help="comma-separated concurrency levels")
     p.add_argument("--real", action="store_true", help="the embedded models instead of timed fakes")
     p.add_argument("--speed", type=float, default=1.0,
-                   help="push the question this many times faster than real time (replies still play "
-                        "in real time; perceived latency is only comparable at 1.0)")
+                   help="run the conversation this many times faster than real time: the question "
+                        "and the silence pushed, the reply played (perceived latency is only "
+                        "comparable at 1.0)")
     p.add_argument("--no-freeze", action="store_true",
                    help="leave the loaded objects to the garbage collector (the `parley` commands freeze them)")
     p.add_argument("--out", help="write the JSON here")

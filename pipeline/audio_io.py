@@ -93,18 +93,22 @@ class PushAudioInput(io.AudioInput):
 
 
 class PacedAudioOutput(io.AudioOutput):
-    """Hands captured frames to `sink` in real time. `on_first_frame(t)` is called with the
-    monotonic time each segment's first frame reaches the sink; `on_clear()` when playback stops
-    for an interruption: a pause (the user may have only coughed: resume() goes on) or a clear."""
+    """Hands captured frames to `sink` in real time (`speed` > 1: that many times faster, for a
+    soak that runs a long conversation in less time; positions stay in audio seconds).
+    `on_first_frame(t)` is called with the monotonic time each segment's first frame reaches the
+    sink; `on_clear()` when playback stops for an interruption: a pause (the user may have only
+    coughed: resume() goes on) or a clear."""
 
     def __init__(self, sink: AudioSink, *, sample_rate: int | None = None, lead_s: float = 0.0,
                  on_first_frame: Callable[[float], None] | None = None,
-                 on_clear: Callable[[], None] | None = None) -> None:
+                 on_clear: Callable[[], None] | None = None, speed: float = 1.0) -> None:
         super().__init__(label="parley-paced", capabilities=io.AudioOutputCapabilities(pause=True),
                          sample_rate=sample_rate)
         if not 0.0 <= lead_s <= 1.0:
             raise ValueError("lead_s must be in [0, 1]")
-        self._sink, self._lead = sink, lead_s
+        if not 0.5 <= speed <= 8.0:
+            raise ValueError(f"speed must be in [0.5, 8], got {speed}")
+        self._sink, self._lead, self._speed = sink, lead_s, speed
         self._on_first_frame, self._on_clear = on_first_frame, on_clear
         self._frames: deque[rtc.AudioFrame] = deque()
         self._wake = asyncio.Event()
@@ -159,7 +163,7 @@ class PacedAudioOutput(io.AudioOutput):
         if self._started_at is None:
             return 0.0
         now = self._paused_at or time.monotonic()
-        return max(0.0, min(self._played_s, now - self._started_at + self._lead))
+        return max(0.0, min(self._played_s, (now - self._started_at) * self._speed + self._lead))
 
     def _ensure_task(self) -> None:
         if self._task is None or self._task.done():
@@ -176,7 +180,7 @@ class PacedAudioOutput(io.AudioOutput):
                     self.on_playback_started(created_at=time.time())
                     if self._on_first_frame is not None:
                         self._on_first_frame(now)
-                due = self._started_at + self._played_s - self._lead
+                due = self._started_at + (self._played_s - self._lead) / self._speed
                 if due > now:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), due - now)
@@ -189,7 +193,7 @@ class PacedAudioOutput(io.AudioOutput):
                 self._played_s += frame.duration
                 continue
             if self._segment_open and self._flushed and not self._frames and self._paused_at is None:
-                end = (self._started_at or time.monotonic()) + self._played_s
+                end = (self._started_at or time.monotonic()) + self._played_s / self._speed
                 if time.monotonic() < end:  # the last frame is still sounding
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), end - time.monotonic())

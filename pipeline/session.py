@@ -238,7 +238,8 @@ def _wire_events(vs: VoiceSession) -> None:
 
 
 async def start_voice_session(config: SessionConfig, components: Components, audio_sink: AudioSink,
-                              event_sink: EventSink, *, lead_s: float = 0.0) -> VoiceSession:
+                              event_sink: EventSink, *, lead_s: float = 0.0,
+                              playout_speed: float = 1.0) -> VoiceSession:
     turn_of = {"n": 0}
     holder: dict[str, VoiceSession] = {}
 
@@ -259,7 +260,7 @@ async def start_voice_session(config: SessionConfig, components: Components, aud
     audio_out = PacedAudioOutput(
         audio_sink, sample_rate=config.output_rate, lead_s=lead_s,
         on_first_frame=lambda t: parts.budget.mark("output_first_frame", t),
-        on_clear=lambda: holder["vs"].emit({"type": "interrupt", "turn": turn_of["n"]}))
+        on_clear=lambda: holder["vs"].emit({"type": "interrupt", "turn": turn_of["n"]}), speed=playout_speed)
     vs = VoiceSession(parts, audio_in, audio_out, event_sink)
     holder["vs"] = vs
     _wire_events(vs)
