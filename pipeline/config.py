@@ -76,6 +76,8 @@ class SessionConfig:
     # the newest interim words (an apology if none). A final normally takes 0-0.3 s on the 2
     # cores (benchmarks/stt.py); the margin is for many sessions sharing them.
     stt_deadline_s: float = 2.5
+    # a full garbage collection after each reply has played (pipeline.session.collect_after_reply)
+    collect_after_reply: bool = True
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     response: ResponsePolicy = field(default_factory=ResponsePolicy)
 

@@ -347,3 +347,42 @@ def test_load_components_warms_the_stages_it_builds_and_not_those_handed_in(monk
     handed = _WarmRecorder(["Hi."])
     load_components(cfg, engine=handed, detector=FakeEndOfTurnDetector(silence_s=0.2))
     assert handed.warmed == []
+
+
+def _reply_played(run) -> float | None:
+    """When the agent went back to listening after it first spoke (None: not yet)."""
+    spoke = False
+    for t, e in run.events:  # in the order they came
+        if e["type"] == "state":
+            if spoke and e["agent"] == "listening":
+                return t
+            spoke = spoke or e["agent"] == "speaking"
+    return None
+
+
+@pytest.mark.parametrize("collect", [True, False])
+async def test_a_full_collection_follows_each_played_reply(collect):
+    """collect_after_reply: the turn's cyclic garbage goes when the reply has played, not ~85
+    turns later at CPython's next full collection (benchmarks/soak.py measures the memory)."""
+    import gc
+    import time
+
+    cfg = fake_config(preemptive=False, response=ResponsePolicy(ack_enabled=False), collect_after_reply=collect)
+    vs, run = await start(cfg, fake_components(cfg, FakeLLM(["It is sunny."], ttft_s=0.05, token_s=0.01)))
+    full: list[float] = []  # when each full collection started
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(time.monotonic() - run.t0)
+
+    gc.callbacks.append(on_gc)
+    try:
+        await play(vs, run, with_silence(piper_speech(QUESTION), 0.3, 0.2))
+        await wait_for(run, lambda: _reply_played(run) is not None, 8.0, vs)
+        await asyncio.sleep(0.3)
+    finally:
+        gc.callbacks.remove(on_gc)
+        await vs.aclose()
+    played = _reply_played(run)
+    assert played is not None, run.events
+    assert bool([t for t in full if played - 0.05 <= t <= played + 0.3]) == collect, (full, played)
