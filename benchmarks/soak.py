@@ -3,9 +3,9 @@
     python -m benchmarks.soak --turns 20 --sessions 1,4,8 [--real] [--out FILE.json]
 
 Each session hears the same spoken question (Piper, 16 kHz, real-time pace) then 0.8 s of
-silence, `--turns` times (`--speed` N: the question, the silence and the reply's playout all run
-N times faster, so a long soak fits in less time). Reported per concurrency level: turns asked / answered, error events,
-resident memory slope after warm-up (MB per 100 turns, least squares over the turns after the
+silence, `--turns` times (`--speed` N: the question, the silence and the reply's playout all
+run N times faster, so a long soak fits in less time). Reported per concurrency level: turns
+asked / answered, error events, resident memory slope after warm-up (MB per 100 turns, least squares over the turns after the
 first 20%; beside it the slope of the heap in use, to tell a leak from an allocator keeping
 freed pages), the allocator (run as a script, it re-executes on jemalloc as `parley` does:
 pipeline/allocator.py), engine free blocks before / after, live asyncio tasks and threads before / after,
