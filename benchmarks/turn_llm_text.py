@@ -1,11 +1,13 @@
 """The voice LLM as the turn detector's text witness, on every transcript of an STT cache:
 its P per text (for `turn_detection.training.loso --text-scores`) and its cost per call.
 
-    python -m benchmarks.turn_llm_text --stt-cache FILE --out SCORES.json [--weight-format int8]
+    python -m benchmarks.turn_llm_text --stt-cache FILE --out SCORES.json [--weight-format int8] [--raw]
 
 Each distinct transcript is scored as the session scores it (pipeline.turn_text: the voice
 engine, the session's default instructions as the conversation so far, one prefill-only request
-with that prefix cached). The wall time of each call is recorded: median / p90 / max ms."""
+with that prefix cached; the embedded model's probe on the final hidden state, pipeline.
+turn_probe, or with --raw the LLM's own P of a sentence / message end). The wall time of each
+call is recorded: median / p90 / max ms."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stt-cache", required=True, help="benchmarks/turn_stt.py cache (JSON)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--weight-format", default=None, help="engine weights (default: the voice default)")
+    ap.add_argument("--raw", action="store_true", help="the LLM's own P, not the probe's (another model's witness)")
     args = ap.parse_args(argv)
     from benchmarks.voice_report import cpu_model
     from llm_engine import LLMEngine
     from pipeline.config import DEFAULT_INSTRUCTIONS
+    from pipeline.turn_probe import TextProbe
     from pipeline.turn_text import EngineCompletenessScorer
     from turn_detection.completeness import CompletenessScorer
 
@@ -34,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     over = {"weight_format": args.weight_format} if args.weight_format else {}
     engine = LLMEngine.for_voice(**over)
     system = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}]
-    scorer = EngineCompletenessScorer(engine, CompletenessScorer.load(), context=lambda: system, timeout_s=30.0)
+    probe = None if args.raw else TextProbe.load()
+    scorer = EngineCompletenessScorer(engine, CompletenessScorer.load(), context=lambda: system, timeout_s=30.0,
+                                      probe=probe)
     scorer.probability("Hello there")  # warm: the system prompt's blocks go into the prefix cache
     scores, ms = {}, []
     for text in texts:
@@ -46,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_ms": round(max(ms), 1), "fallbacks": scorer.fallbacks}
     out = {"command": "python -m benchmarks.turn_llm_text " + " ".join(sys.argv[1:] if argv is None else argv),
            "cpu": cpu_model(),
-           "weight_format": engine.config.weight_format, "cost": cost, "scores": scores}
+           "weight_format": engine.config.weight_format, "witness": "raw" if args.raw else "probe",
+           "cost": cost, "scores": scores}
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(cost))
     return 0

@@ -19,7 +19,7 @@ from llm_engine.kv_cache import KVCache
 from llm_engine.loader import load_model
 from llm_engine.model import LlamaModel
 from llm_engine.model_runner import ModelRunner
-from llm_engine.outputs import RequestOutput
+from llm_engine.outputs import PromptScore, RequestOutput
 from llm_engine.request import Request, Sink
 from llm_engine.sampler import Sampler
 from llm_engine.sampling_params import SamplingParams
@@ -204,10 +204,17 @@ class LLMEngine:
 
     def next_token_probability(self, prompt: str | list[int], token_ids: list[int] | tuple[int, ...],
                                timeout_s: float = 1.0) -> float | None:
-        """P(the token after `prompt` is one of `token_ids`), from one prefill-only request: the
-        prompt's KV is computed (full blocks from the prefix cache, and cached for the next
-        call) and only its last row's logits are read; nothing is generated. A turn detector
-        asks it whether the user's words so far end their turn (pipeline.turn_text).
+        """P(the token after `prompt` is one of `token_ids`): score_prompt's P alone."""
+        scored = self.score_prompt(prompt, token_ids, timeout_s)
+        return None if scored is None else scored.next_token_p
+
+    def score_prompt(self, prompt: str | list[int], token_ids: list[int] | tuple[int, ...],
+                     timeout_s: float = 1.0) -> PromptScore | None:
+        """P(the token after `prompt` is one of `token_ids`) and the final hidden state at the
+        prompt's last token, from one prefill-only request: the prompt's KV is computed (full
+        blocks from the prefix cache, and cached for the next call) and only its last row is
+        read; nothing is generated. A turn detector asks it whether the user's words so far
+        end their turn (pipeline.turn_text).
 
         Blocks the calling thread (never call it on the engine thread) for at most
         `timeout_s`; None when the engine could not answer in time (the request is then
@@ -220,7 +227,7 @@ class LLMEngine:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if threading.current_thread() is self._worker:
-            raise RuntimeError("next_token_probability waits for the engine thread: not from a sink")
+            raise RuntimeError("score_prompt waits for the engine thread: not from a sink")
         done = threading.Event()
         result: list[RequestOutput] = []
 
@@ -234,7 +241,9 @@ class LLMEngine:
         if not done.wait(timeout_s):
             self.abort(rid)
             return None
-        return result[0].metrics.get("next_token_p")
+        out = result[0]
+        p = out.metrics.get("next_token_p")
+        return None if p is None or out.hidden is None else PromptScore(p, out.hidden)
 
     @property
     def token_limit(self) -> int:
@@ -345,7 +354,8 @@ class LLMEngine:
             if j is None:
                 continue
             if seq.prefill_only:
-                done.append(self._finish(seq, "prefill", self._next_token_p(seq, out.logits[j])))
+                p, h = self._prompt_score(seq, out.logits[j], out.hidden[out.logits_indices[j]])
+                done.append(self._finish(seq, "prefill", p, h))
             elif k:
                 verify.append((seq, out.logits[j: j + k + 1], feats))
             else:
@@ -394,13 +404,15 @@ class LLMEngine:
         return reason
 
     @staticmethod
-    def _next_token_p(seq: Sequence, logits: torch.Tensor) -> dict[str, float] | None:  # logits [V]
+    def _prompt_score(seq: Sequence, logits: torch.Tensor,  # logits [V], hidden [H]
+                      hidden: torch.Tensor) -> tuple[dict[str, float] | None, torch.Tensor | None]:
         if not seq.score_ids:
-            return None
+            return None, None
         probs = torch.softmax(logits.float(), dim=-1)
-        return {"next_token_p": float(probs[list(seq.score_ids)].sum())}
+        return {"next_token_p": float(probs[list(seq.score_ids)].sum())}, hidden.detach().float().cpu().clone()
 
-    def _finish(self, seq: Sequence, reason: str, extra: dict[str, float] | None = None) -> RequestOutput | None:
+    def _finish(self, seq: Sequence, reason: str, extra: dict[str, float] | None = None,
+                hidden: torch.Tensor | None = None) -> RequestOutput | None:
         req = self.requests.get(seq.request_id)
         if req is None or req.seq is not seq or req.output is not None:
             return None  # already finished (an abort frees it when the step ends)
@@ -408,7 +420,7 @@ class LLMEngine:
         extra = {**(spec or {}), **(extra or {})} or None
         self._release(req)
         req.flush()
-        return req.finish(reason, extra)
+        return req.finish(reason, extra, hidden=hidden)
 
     def is_running(self, request_id: str) -> bool:
         """True while the request is admitted and unfinished (queued, prefilling or decoding)."""

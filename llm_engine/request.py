@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from llm_engine.detokenizer import IncrementalDetokenizer
 from llm_engine.outputs import RequestOutput
 from llm_engine.sequence import Sequence
@@ -37,7 +39,8 @@ class Request:
             self.pending.clear()
             self.sink(text, None)
 
-    def finish(self, reason: str, extra: dict[str, float] | None = None, error: str | None = None) -> RequestOutput:
+    def finish(self, reason: str, extra: dict[str, float] | None = None, error: str | None = None,
+               hidden: torch.Tensor | None = None) -> RequestOutput:
         with self._finish_lock:
             if self.output is not None:
                 return self.output
@@ -51,7 +54,7 @@ class Request:
             p = seq.num_prompt_tokens
             self.output = RequestOutput(
                 seq.request_id, seq.token_ids[:p], seq.token_ids[p : p + self.num_emitted],
-                self.detok.text, reason, seq.num_cached_tokens, metrics, error,
+                self.detok.text, reason, seq.num_cached_tokens, metrics, error, hidden,
             )
         if self.sink is not None:
             self.sink(tail, self.output)

@@ -19,9 +19,10 @@ STT_MODELS = ("whisper-tiny.en", "whisper-base", "fake")
 # our detector; VAD silence alone (a baseline); or the whole LiveKit-defaults assembly
 # (pipeline/baseline.py: livekit's Silero + v1-mini + default endpointing + segment Whisper)
 TURN_DETECTION = ("parley", "vad", "livekit")
-# the text witness of our detector: the voice LLM (our engine only: pipeline.turn_text) or the
-# detector's own word classifier (turn_detection.completeness)
-TURN_TEXT = ("llm", "words")
+# the text witness of our detector: the voice LLM (our engine only: pipeline.turn_text; with the
+# embedded model its probe, pipeline.turn_probe), the LLM's own P of an end token ("llm-raw":
+# what another model gets), or the detector's own word classifier (turn_detection.completeness)
+TURN_TEXT = ("llm", "llm-raw", "words")
 DEFAULT_INSTRUCTIONS = (
     "You are Parley, a friendly voice assistant. Your replies are spoken aloud, so answer in one or "
     "two short sentences of plain words, without lists, markdown or emoji.")
@@ -178,7 +179,8 @@ class SessionConfig:
         g.add_argument("--tts", choices=TTS_BACKENDS)
         g.add_argument("--turn-detection", dest="turn_detection", choices=TURN_DETECTION)
         g.add_argument("--turn-text", dest="turn_text", choices=TURN_TEXT,
-                       help="what judges the words at a pause: the voice LLM or the word classifier")
+                       help="what judges the words at a pause: the voice LLM (its probe with the embedded "
+                            "model), the LLM's own P of an end token, or the word classifier")
         g.add_argument("--no-preemptive", dest="preemptive", action="store_const", const=False)
         g.add_argument("--no-ack", dest="ack", action="store_const", const=False)
 

@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,11 +69,13 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     witness = _llm_witness(config, components)
     if witness:
         from pipeline.turn_text import EngineCompletenessScorer
-        from turn_detection.policy import LLM_TEXT_POLICY, EndpointingPolicy
+        from turn_detection.policy import EndpointingPolicy
 
+        probe, policy = _witness_probe(config)
         # read on the hearing thread; replaced (never mutated) on the loop at each speech start
-        scorer = EngineCompletenessScorer(components.engine, detector.text_scorer, context=lambda: history[0])
-        detector = detector.with_text_scorer(scorer, EndpointingPolicy.load(LLM_TEXT_POLICY))
+        scorer = EngineCompletenessScorer(components.engine, detector.text_scorer, context=lambda: history[0],
+                                          probe=probe)
+        detector = detector.with_text_scorer(scorer, EndpointingPolicy.load(policy))
     hearing = Hearing(components.vad, components.new_transcriber(), detector,
                       final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     ahead = None
@@ -166,13 +169,26 @@ def _full_collection() -> None:
 
 
 def _llm_witness(config: SessionConfig, components: Components) -> bool:
-    """Our detector with the voice LLM judging the words (config.turn_text "llm"): only with our
+    """Our detector with the voice LLM judging the words (config.turn_text "llm" / "llm-raw"): only with our
     engine (an external LLM gives no next-token probabilities) and a detector that has a word
     scorer to fall back on."""
-    return (config.turn_text == "llm" and components.llm is None
-            and hasattr(components.engine, "next_token_probability")
+    return (config.turn_text in ("llm", "llm-raw") and components.llm is None
+            and hasattr(components.engine, "score_prompt")
             and hasattr(components.detector, "with_text_scorer")
             and getattr(components.detector, "text_scorer", None) is not None)
+
+
+def _witness_probe(config: SessionConfig) -> tuple[Any, Path]:
+    """The LLM witness's probe and policy: the embedded model's probe (pipeline.turn_probe) and
+    the policy chosen on its P; another model (config.model) has no probe, so its raw P and the
+    policy chosen on that (also turn_text "llm-raw")."""
+    from turn_detection.policy import LLM_PROBE_POLICY, LLM_TEXT_POLICY
+
+    if config.model is not None or config.turn_text == "llm-raw":
+        return None, LLM_TEXT_POLICY
+    from pipeline.turn_probe import TextProbe
+
+    return TextProbe.load(), LLM_PROBE_POLICY
 
 
 def turn_context(engine: Any, history: list[dict[str, str]], trim: ContextTrim) -> list[dict[str, str]]:

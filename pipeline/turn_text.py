@@ -6,17 +6,22 @@ scored 0.29). The LLM knows. With the chat so far (the system prompt and earlier
 and the user's words as an unfinished user message, P(next token ends a sentence or the
 message) is high after a whole request and low inside one, whoever speaks it. Whisper's trailing
 punctuation is stripped first: it puts a "." or "..." after prefixes at pauses as well as after
-turns, so the model, not the STT, decides where the sentence ends.
+turns, so the model, not the STT, decides where the sentence ends. With a probe
+(pipeline.turn_probe, fit for the embedded model) P is read from the same request's final
+hidden state instead: the raw P is calibrated for written chat and gives whole spoken
+commands 0.2-0.45.
 
-One short prefill-only engine request per new transcript at a pause (LLMEngine.
-next_token_probability); when the engine cannot answer within `timeout_s` (busy with a long
+One short prefill-only engine request per new transcript at a pause (LLMEngine.score_prompt); when the engine cannot answer within `timeout_s` (busy with a long
 reply, or no room), the detector's own scorer answers instead, so a turn is never held up."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pipeline.turn_probe import TextProbe
 
 _TRAILING = re.compile(r"[\s.,;:!?\u2026-]+$")
 # Whisper writes "30%" where the user said "thirty percent": after "%" the LLM expects " of" or
@@ -31,10 +36,15 @@ class TextScorer(Protocol):
 
 class EngineCompletenessScorer:
     def __init__(self, engine: Any, fallback: TextScorer,
-                 context: Callable[[], list[dict[str, Any]]] | None = None, timeout_s: float = 0.25) -> None:
+                 context: Callable[[], list[dict[str, Any]]] | None = None, timeout_s: float = 0.25,
+                 probe: TextProbe | None = None) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.engine, self.fallback, self.timeout_s = engine, fallback, timeout_s
+        hidden = getattr(getattr(getattr(engine, "model", None), "cfg", None), "hidden_size", None)
+        if probe is not None and hidden is not None and hidden != probe.hidden_size:
+            raise ValueError(f"the text probe reads {probe.hidden_size}-wide states of {probe.model}; "
+                             f"this engine's model has {hidden}")
+        self.engine, self.fallback, self.timeout_s, self.probe = engine, fallback, timeout_s, probe
         self.context = context or (lambda: [])
         tok = engine.tokenizer
         marks = [tok.encode(m, add_special_tokens=False) for m in END_MARKS]
@@ -71,12 +81,13 @@ class EngineCompletenessScorer:
             return self._last[1]
         self.calls += 1
         try:
-            p = self.engine.next_token_probability(ids, self.end_ids, timeout_s=self.timeout_s)
+            scored = self.engine.score_prompt(ids, self.end_ids, timeout_s=self.timeout_s)
         except ValueError:  # a conversation past the context: the words alone still score
-            p = None
-        if p is None:
+            scored = None
+        if scored is None:
             self.fallbacks += 1
             return self.fallback.probability(text)
+        p = scored.next_token_p if self.probe is None else self.probe.probability(scored.hidden)
         p = min(max(float(p), 0.0), 1.0)
         self._last = (key, p)
         return p

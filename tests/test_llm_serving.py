@@ -391,6 +391,25 @@ def test_next_token_probability_matches_the_model_and_reuses_the_cache(tmp_path)
         eng.next_token_probability(prompt, ids, timeout_s=0)
 
 
+def test_score_prompt_gives_the_final_hidden_state_of_the_prompts_last_token(tmp_path):
+    import torch
+
+    hf = make_tiny_llama(tmp_path, seed=5)
+    eng = LLMEngine.from_pretrained(tmp_path, num_blocks=32, block_size=8)
+    prompt = list(range(30, 49))  # 19 tokens: the second call finds two full blocks cached
+    with torch.no_grad():
+        out = hf(torch.tensor([prompt]), output_hidden_states=True)
+    want_h = out.hidden_states[-1][0, -1].float()  # [H] after the final norm
+    want_p = float(torch.softmax(out.logits[0, -1].float(), -1)[[2, 9]].sum())
+    for _ in range(2):  # computed, then from the prefix cache
+        scored = eng.score_prompt(prompt, [2, 9])
+        assert scored.next_token_p == pytest.approx(want_p, rel=1e-4, abs=1e-6)
+        assert scored.hidden.shape == want_h.shape and scored.hidden.dtype == torch.float32
+        torch.testing.assert_close(scored.hidden, want_h, rtol=1e-4, atol=1e-4)
+    assert eng.next_token_probability(prompt, [2, 9]) == scored.next_token_p
+    assert eng.num_free_blocks == eng.num_blocks and not eng.requests
+
+
 def test_next_token_probability_gives_none_when_the_engine_cannot_answer_in_time(model_dir):
     eng = engine(model_dir)
     with eng._lock:  # a long step holds the engine: the answer cannot come within the timeout

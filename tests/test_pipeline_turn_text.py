@@ -55,12 +55,12 @@ def test_probability_is_the_engines_and_ignores_trailing_punctuation(engine):
 
 
 class SlowEngine:
-    """The engine's interface, answering None as next_token_probability does past its timeout."""
+    """The engine's interface, answering None as score_prompt does past its timeout."""
 
     def __init__(self, engine) -> None:
         self.tokenizer, self.asked = engine.tokenizer, []
 
-    def next_token_probability(self, ids, end_ids, timeout_s):
+    def score_prompt(self, ids, end_ids, timeout_s):
         self.asked.append(timeout_s)
         return None
 
@@ -75,6 +75,47 @@ def test_an_engine_that_cannot_answer_in_time_hands_over_to_the_fallback(engine)
         EngineCompletenessScorer(engine, Const(0.5), timeout_s=0)
 
 
+def _probe(size: int, seed: int = 0):
+    import numpy as np
+
+    from pipeline.turn_probe import TextProbe
+
+    rng = np.random.default_rng(seed)
+    return TextProbe(rng.normal(size=size), rng.uniform(0.5, 2.0, size=size), rng.normal(size=size), 0.3, "tiny")
+
+
+def test_with_a_probe_p_is_read_from_the_prompts_final_hidden_state(engine):
+    probe = _probe(engine.model.cfg.hidden_size)
+    scorer = EngineCompletenessScorer(engine, Const(0.5), probe=probe)
+    scored = engine.score_prompt([3, 20, 21, 22], scorer.end_ids)
+    got = scorer.probability("t20 t21 t22")
+    assert got == pytest.approx(probe.probability(scored.hidden), rel=1e-9)
+    assert got != pytest.approx(scored.next_token_p, rel=1e-3)  # not the raw P
+    with pytest.raises(ValueError, match="8-wide"):
+        EngineCompletenessScorer(engine, Const(0.5), probe=_probe(8))
+
+
+def test_a_probe_round_trips_and_a_corrupt_file_is_a_clear_error(tmp_path):
+    import numpy as np
+
+    from pipeline.turn_probe import TextProbe
+
+    probe = _probe(16, seed=1)
+    probe.save(tmp_path / "p.npz")
+    back = TextProbe.load(tmp_path / "p.npz")
+    h = np.linspace(-1, 1, 16)
+    assert back.model == "tiny" and back.probability(h) == pytest.approx(probe.probability(h), rel=1e-12)
+    with pytest.raises(ValueError, match="finite"):
+        probe.probability(np.full(16, np.nan))
+    with pytest.raises(ValueError, match="16"):
+        probe.probability(np.zeros(15))
+    (tmp_path / "bad.npz").write_bytes(b"not a probe")
+    with pytest.raises(ValueError, match="cannot read the text probe"):
+        TextProbe.load(tmp_path / "bad.npz")
+    with pytest.raises(ValueError, match="scale"):
+        TextProbe(np.zeros(4), np.zeros(4), np.zeros(4), 0.0, "tiny")
+
+
 def test_the_session_asks_the_llm_only_with_our_engine_and_a_word_scorer_to_fall_back_on(engine):
     from types import SimpleNamespace
 
@@ -87,6 +128,7 @@ def test_the_session_asks_the_llm_only_with_our_engine_and_a_word_scorer_to_fall
     ours = SimpleNamespace(llm=None, engine=engine, detector=detector)
     assert _llm_witness(SessionConfig(), ours)
     assert not _llm_witness(SessionConfig(turn_text="words"), ours)
+    assert _llm_witness(SessionConfig(turn_text="llm-raw"), ours)
     assert not _llm_witness(SessionConfig(), SimpleNamespace(llm=object(), engine=None, detector=detector))
     assert not _llm_witness(SessionConfig(), SimpleNamespace(llm=None, engine=FakeLLM(), detector=detector))
     no_words = EndOfTurnDetector(vad=None, classifier=None)  # e.g. turn_detection = "vad"
@@ -109,3 +151,48 @@ def test_the_witness_context_is_trimmed_as_the_real_request(engine):
     words = {"role": "user", "content": "t90 t91"}
     assert kept == fit_context(engine, [*history, words], 12, max_tokens=64)[:-1]  # the real request's prefix
     assert len(engine.encode_chat([*kept, words])) + 12 <= 64
+
+
+def test_only_the_embedded_model_gets_the_probe_and_its_policy():
+    from pipeline.config import SessionConfig
+    from pipeline.session import _witness_probe
+    from turn_detection.policy import LLM_PROBE_POLICY, LLM_TEXT_POLICY
+
+    probe, policy = _witness_probe(SessionConfig())
+    assert probe is not None and policy == LLM_PROBE_POLICY and LLM_PROBE_POLICY.is_file()
+    assert probe.model == "smollm2-135m-instruct" and probe.hidden_size == 576
+    assert _witness_probe(SessionConfig(model="other.gguf")) == (None, LLM_TEXT_POLICY)
+    assert _witness_probe(SessionConfig(turn_text="llm-raw")) == (None, LLM_TEXT_POLICY)
+
+
+@pytest.mark.integration
+def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentences_it_never_saw():
+    """The TEST request sentences (read by no fit or choice) and spoken commands of other shapes:
+    the probe ranks each whole sentence above its own prefixes as well as the raw P does, and,
+    unlike the raw P, scores whole commands high."""
+    import numpy as np
+
+    from llm_engine import LLMEngine
+    from pipeline.config import DEFAULT_INSTRUCTIONS
+    from pipeline.turn_probe import TextProbe, states, summary
+    from turn_detection.training.sentences import TEST
+    from turn_detection.training.text_corpus import text_prefixes
+
+    engine = LLMEngine.for_voice()
+    system = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}]
+    scorer = EngineCompletenessScorer(engine, Const(0.5), context=lambda: system, timeout_s=30.0)
+    probe = TextProbe.load()
+    commands = ("Turn the living room lights down to 30 percent", "Set a timer for ten minutes",
+                "Text Maria that I'm running ten minutes late")
+    try:
+        texts, labels, groups = text_prefixes((*TEST, *commands))
+        raw, hidden = states(engine, scorer, texts)
+    finally:
+        engine.close()
+    p = np.array([probe.probability(h) for h in hidden])
+    ours, theirs = summary(p, labels, groups), summary(raw, labels, groups)
+    assert ours["mean_auc"] >= 0.93 and ours["mean_auc"] >= theirs["mean_auc"] - 0.03, (ours, theirs)
+    assert ours["complete_median"] >= 0.8 > theirs["complete_median"], (ours, theirs)
+    assert ours["prefix_median"] <= 0.05, ours
+    whole = [i for i, t in enumerate(texts) if t in commands]
+    assert len(whole) == 3 and (p[whole] >= 0.8).all() and (raw[whole] < 0.5).all(), (p[whole], raw[whole])

@@ -17,6 +17,9 @@ DEFAULT_POLICY = Path(__file__).with_name("eot_policy.json")
 # the policy for a text witness that is the voice LLM (pipeline.turn_text), chosen the same way
 # on that witness's P (loso --text-scores): its P is calibrated differently from the word scorer's
 LLM_TEXT_POLICY = Path(__file__).with_name("eot_policy_llm.json")
+# the same, for the probe on the embedded LLM's hidden state (pipeline.turn_probe), whose P is
+# calibrated on complete turns vs their prefixes
+LLM_PROBE_POLICY = Path(__file__).with_name("eot_policy_llm_probe.json")
 
 
 def _logit(p) -> np.ndarray:

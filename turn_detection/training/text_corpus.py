@@ -24,3 +24,17 @@ def examples(sentences: list[str] | tuple[str, ...]) -> tuple[list[list[str]], n
             labels.append(1.0 if k == len(words) else 0.0)
             groups.append(i)
     return texts, np.array(labels), np.array(groups)
+
+
+def text_prefixes(sentences: list[str] | tuple[str, ...]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """As `examples`, but the text as written (case and inner punctuation kept, cut at spaces):
+    what a witness that reads the STT's text, like the voice LLM, sees.
+    -> (texts, labels, sentence index of each example)."""
+    texts, labels, groups = [], [], []
+    for i, s in enumerate(sentences):
+        words = s.split()
+        for k in range(1, len(words) + 1):
+            texts.append(" ".join(words[:k]))
+            labels.append(1.0 if k == len(words) else 0.0)
+            groups.append(i)
+    return texts, np.array(labels), np.array(groups)

@@ -10,6 +10,8 @@ are scored once, after the choice, and reported."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -32,10 +34,11 @@ def design(texts: list[list[str]], bits: int = HASH_BITS):
     return csr_matrix((np.ones(len(r)), (r, c)), shape=(len(texts), 1 << bits))
 
 
-def fit(texts: list[list[str]], labels: np.ndarray, l2: float, bits: int = HASH_BITS) -> CompletenessScorer:
+def logistic(x, labels: np.ndarray, l2: float, maxiter: int = 500) -> tuple[np.ndarray, float]:
+    """L2-regularized logistic regression, the classes balanced (positives weighted up), by
+    L-BFGS from zeros (deterministic). x: [N, F] dense or sparse -> (weights [F], bias)."""
     from scipy.optimize import minimize
 
-    x = design(texts, bits)
     pos = labels.sum()
     sw = np.where(labels > 0, (len(labels) - pos) / max(pos, 1.0), 1.0)
     sw = sw / sw.mean()
@@ -49,8 +52,12 @@ def fit(texts: list[list[str]], labels: np.ndarray, l2: float, bits: int = HASH_
         grad = np.concatenate([x.T @ g + l2 * w, [g.sum()]]) / len(labels)
         return (ll.sum() + 0.5 * l2 * w @ w) / len(labels), grad
 
-    res = minimize(loss, np.zeros((1 << bits) + 1), jac=True, method="L-BFGS-B", options={"maxiter": 500})
-    return CompletenessScorer(res.x[:-1], float(res.x[-1]))
+    res = minimize(loss, np.zeros(x.shape[1] + 1), jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+    return res.x[:-1], float(res.x[-1])
+
+
+def fit(texts: list[list[str]], labels: np.ndarray, l2: float, bits: int = HASH_BITS) -> CompletenessScorer:
+    return CompletenessScorer(*logistic(design(texts, bits), labels, l2))
 
 
 def ranking(scorer: CompletenessScorer, sentences) -> dict:
@@ -69,6 +76,19 @@ def ranking(scorer: CompletenessScorer, sentences) -> dict:
             "prefix_above_half": float(np.mean(fp)), "complete_below_half": float(np.mean(fn))}
 
 
+def choose_l2(grid, fit_one: Callable[[float], Any], validate: Callable[[Any], dict]) -> tuple[float, Any, dict]:
+    """Fit at each L2 of `grid` and keep the best mean per-sentence AUC on validation (each
+    printed). -> (l2, model, its validation figures)."""
+    best = None
+    for l2 in grid:
+        model = fit_one(l2)
+        val = validate(model)
+        print(f"l2={l2:6.1f} validation {val}")
+        if best is None or val["mean_auc"] > best[2]["mean_auc"]:
+            best = (l2, model, val)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_TEXT_WEIGHTS))
@@ -76,14 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     sentences = list(TRAIN)
     texts, labels, _ = examples(sentences)
     print(f"{len(sentences)} sentences, {len(texts)} examples ({int(labels.sum())} complete)")
-    best = None
-    for l2 in L2_GRID:
-        scorer = fit(texts, labels, l2)
-        val = ranking(scorer, VALIDATION)
-        print(f"l2={l2:5.1f} validation {val}")
-        if best is None or val["mean_auc"] > best[0]["mean_auc"]:
-            best = (val, l2, scorer)
-    val, l2, scorer = best
+    l2, scorer, _ = choose_l2(L2_GRID, lambda l2: fit(texts, labels, l2), lambda m: ranking(m, VALIDATION))
     print(f"chosen l2={l2}; train {ranking(scorer, TRAIN[:200])}")
     print(f"test (read once, after the choice) {ranking(scorer, TEST)}")
     scorer.save(args.out)
