@@ -11,8 +11,9 @@ turns, so the model, not the STT, decides where the sentence ends. With a probe
 hidden state instead: the raw P is calibrated for written chat and gives whole spoken
 commands 0.2-0.45.
 
-One short prefill-only engine request per new transcript at a pause (LLMEngine.score_prompt); when the engine cannot answer within `timeout_s` (busy with a long
-reply, or no room), the detector's own scorer answers instead, so a turn is never held up."""
+One short prefill-only engine request per new transcript at a pause (LLMEngine.score_prompt);
+when the engine cannot answer within `timeout_s` (busy with a long reply, or no room), the
+detector's own scorer answers instead, so a turn is never held up."""
 
 from __future__ import annotations
 
