@@ -167,11 +167,13 @@ def test_only_the_embedded_model_gets_the_probe_and_its_policy():
 
 @pytest.mark.integration
 def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentences_it_never_saw():
-    """The TEST request sentences (read by no fit or choice) and spoken commands of other shapes:
-    the probe ranks each whole sentence above its own prefixes as well as the raw P does, and,
-    unlike the raw P, scores whole commands high."""
+    """The TEST request sentences (read by no fit or choice) and spoken commands of other shapes,
+    after the system prompt alone and after a conversation in no training set: the probe ranks
+    each whole sentence above its own prefixes as well as the raw P does, scores whole commands
+    high where the raw P does not, and the conversation does not make prefixes look whole."""
     import numpy as np
 
+    from benchmarks.turn_llm_text import HISTORY
     from llm_engine import LLMEngine
     from pipeline.config import DEFAULT_INSTRUCTIONS
     from pipeline.turn_probe import TextProbe, states, summary
@@ -180,19 +182,24 @@ def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentenc
 
     engine = LLMEngine.for_voice()
     system = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}]
-    scorer = EngineCompletenessScorer(engine, Const(0.5), context=lambda: system, timeout_s=30.0)
     probe = TextProbe.load()
     commands = ("Turn the living room lights down to 30 percent", "Set a timer for ten minutes",
                 "Text Maria that I'm running ten minutes late")
+    texts, labels, groups = text_prefixes((*TEST, *commands))
+    figures = {}
     try:
-        texts, labels, groups = text_prefixes((*TEST, *commands))
-        raw, hidden = states(engine, scorer, texts)
+        for name, context in (("system", system), ("history", [*system, *HISTORY])):
+            scorer = EngineCompletenessScorer(engine, Const(0.5), context=lambda c=context: c, timeout_s=30.0)
+            raw, hidden = states(engine, scorer, texts)
+            p = np.array([probe.probability(h) for h in hidden])
+            figures[name] = (summary(p, labels, groups), summary(raw, labels, groups), p, raw)
     finally:
         engine.close()
-    p = np.array([probe.probability(h) for h in hidden])
-    ours, theirs = summary(p, labels, groups), summary(raw, labels, groups)
-    assert ours["mean_auc"] >= 0.93 and ours["mean_auc"] >= theirs["mean_auc"] - 0.03, (ours, theirs)
-    assert ours["complete_median"] >= 0.8 > theirs["complete_median"], (ours, theirs)
-    assert ours["prefix_median"] <= 0.05, ours
     whole = [i for i, t in enumerate(texts) if t in commands]
-    assert len(whole) == 3 and (p[whole] >= 0.8).all() and (raw[whole] < 0.5).all(), (p[whole], raw[whole])
+    assert len(whole) == 3
+    for name, (ours, theirs, p, raw) in figures.items():
+        assert ours["mean_auc"] >= 0.93 and ours["mean_auc"] >= theirs["mean_auc"] - 0.03, (name, ours, theirs)
+        assert ours["complete_median"] >= 0.8 > theirs["complete_median"], (name, ours, theirs)
+        assert ours["prefix_median"] <= 0.05, (name, ours)
+        assert (p[whole] >= 0.8).all() and (raw[whole] < 0.6).all(), (name, p[whole], raw[whole])
+    assert figures["history"][0]["prefix_above_half"] <= figures["system"][0]["prefix_above_half"] + 0.03, figures

@@ -185,8 +185,8 @@ def llm_detector(detector):
 # With the LLM judging the words, flite's cut above is gone. Festival's was on the edge with
 # the raw P(end) and its policy ("When you get a moment" back inside the 1.24 s pause of its
 # slow voice, P_audio 0.98; the CPU's rounding decided). With the probe (pipeline.turn_probe)
-# that text scores 0.048, and its policy (audio 0.25, text 0.5, bias -1) gives a combined P of
-# at most 0.32 in the pause (even at P_audio 0.999) against a bar of 0.54 when the pause ends.
+# that text scores 0.11, and its policy (audio 0.25, text 0.5, bias -1) gives a combined P of
+# 0.25 in the pause (at most 0.42 even at P_audio 0.999) against a bar of 0.54 when it ends.
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("meta_path", _committed_clips(), ids=lambda p: p.stem)
