@@ -13,12 +13,10 @@ import numpy as np
 from turn_detection.completeness import normalize
 
 
-def examples(sentences: list[str] | tuple[str, ...]) -> tuple[list[list[str]], np.ndarray, np.ndarray]:
-    """Per sentence its normalized words (label 1) and every word-boundary prefix (label 0).
-    -> (word lists, labels, sentence index of each example)."""
+def _cuts(word_lists: list[list[str]]) -> tuple[list[list[str]], np.ndarray, np.ndarray]:
+    """Per word list the whole (label 1) and every shorter word prefix (label 0)."""
     texts, labels, groups = [], [], []
-    for i, s in enumerate(sentences):
-        words = normalize(s)
+    for i, words in enumerate(word_lists):
         for k in range(1, len(words) + 1):
             texts.append(words[:k])
             labels.append(1.0 if k == len(words) else 0.0)
@@ -26,15 +24,15 @@ def examples(sentences: list[str] | tuple[str, ...]) -> tuple[list[list[str]], n
     return texts, np.array(labels), np.array(groups)
 
 
+def examples(sentences: list[str] | tuple[str, ...]) -> tuple[list[list[str]], np.ndarray, np.ndarray]:
+    """Per sentence its normalized words (label 1) and every word-boundary prefix (label 0).
+    -> (word lists, labels, sentence index of each example)."""
+    return _cuts([normalize(s) for s in sentences])
+
+
 def text_prefixes(sentences: list[str] | tuple[str, ...]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """As `examples`, but the text as written (case and inner punctuation kept, cut at spaces):
     what a witness that reads the STT's text, like the voice LLM, sees.
     -> (texts, labels, sentence index of each example)."""
-    texts, labels, groups = [], [], []
-    for i, s in enumerate(sentences):
-        words = s.split()
-        for k in range(1, len(words) + 1):
-            texts.append(" ".join(words[:k]))
-            labels.append(1.0 if k == len(words) else 0.0)
-            groups.append(i)
-    return texts, np.array(labels), np.array(groups)
+    cut, labels, groups = _cuts([s.split() for s in sentences])
+    return [" ".join(words) for words in cut], labels, groups
