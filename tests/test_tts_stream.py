@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tts import FakeSynthesizer, PiperSynthesizer, SpeechStream, StreamConfig, SynthesisError, Synthesizer
+from tts.stream import trim_leading_silence
 
 TEXT = "Sure, I can help with that. The meeting is at 7:30. See you there!"
 
@@ -113,6 +114,49 @@ def test_piper_replies_leave_headroom_so_no_sample_clips():
         pcm = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000)).say(text))])
         peak = int(np.abs(pcm.astype(np.int32)).max())
         assert 0.8 * 32767 < peak < 32767, (text, peak)
+
+
+class _LateStart(Synthesizer):
+    """A tone after 80 ms of faint noise (a backend's leading silence)."""
+
+    name = "late"
+
+    def __init__(self) -> None:
+        super().__init__(16_000)
+
+    def _synthesize_impl(self, text: str) -> np.ndarray:
+        noise = np.random.default_rng(0).normal(0, 1e-4, 1280).astype(np.float32)
+        tone = 0.5 * np.sin(2 * np.pi * 200 * np.arange(3200) / 16_000).astype(np.float32)
+        return np.concatenate([noise, tone])
+
+
+@pytest.mark.unit
+def test_leading_silence_is_cut_to_lead_ms_before_the_first_sound():
+    audio = _LateStart()._synthesize_impl("x")
+    first = int(np.argmax(np.abs(audio) > 0.005))  # the tone's first sample above -40 dB of 0.5
+    cut = trim_leading_silence(audio, 16_000, 10.0, -40.0)
+    assert len(audio) - len(cut) == first - 160  # 10 ms kept before it
+    assert trim_leading_silence(audio, 16_000, None, -40.0) is audio
+    assert len(trim_leading_silence(np.zeros(800, np.float32), 16_000, 10.0, -40.0)) == 800  # silent: kept
+    assert len(trim_leading_silence(audio[first:], 16_000, 10.0, -40.0)) == len(audio) - first  # nothing to cut
+    frames = _collect(_LateStart().stream(sample_rate=16_000).say("Hello."))
+    pcm = np.concatenate([f.pcm for f in frames]).astype(np.float32) / 32767
+    assert int(np.argmax(np.abs(pcm) > 0.005)) <= 0.012 * 16_000  # was 80 ms
+    with pytest.raises(ValueError, match="lead_ms"):
+        StreamConfig(lead_ms=-1.0)
+
+
+@pytest.mark.integration
+def test_a_piper_reply_sounds_within_15_ms_of_its_first_frame():
+    # Piper starts each sentence with 53-68 ms under -40 dB of its peak: dead air before the reply
+    synth = PiperSynthesizer.default(threads=1)
+    for text in ["The capital of Australia is Canberra.", "Hmm, let me check."]:
+        pcm = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000)).say(text))])
+        x = np.abs(pcm.astype(np.float32))
+        assert np.argmax(x >= 0.01 * x.max()) / 48_000 <= 0.015, text
+        kept = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000, lead_ms=None)).say(text))])
+        y = np.abs(kept.astype(np.float32))
+        assert np.argmax(y >= 0.01 * y.max()) / 48_000 >= 0.025, text  # the backend's own start, for contrast
 
 
 @pytest.mark.unit

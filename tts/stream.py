@@ -38,6 +38,12 @@ class StreamConfig:
     frame_ms: int = 20
     max_buffered_s: float = 1.0  # synthesized audio allowed to wait for the reader
     fade_ms: float = 4.0  # raised-cosine fade at each chunk's edges: no click at the joins
+    # Piper starts every chunk with 53-68 ms below -40 dB of its peak (five replies measured):
+    # dead air the user waits through before the reply's first word, and a longer gap at each
+    # join. A chunk's leading silence is cut to lead_ms before its first sample within
+    # lead_floor_db of its peak (None: kept whole).
+    lead_ms: float | None = 10.0
+    lead_floor_db: float = -40.0
     normalize: bool = True
     # Piper scales each sentence to a peak of exactly full scale; resampled to the output rate
     # that peak overshoots (up to 1.02 at 48 kHz on six replies) and the int16 conversion
@@ -64,6 +70,8 @@ class StreamConfig:
             raise ValueError("fade_ms must be in [0, 50]")
         if not 0 < self.gain <= 1:
             raise ValueError(f"gain must be in (0, 1], got {self.gain}")
+        if not (self.lead_ms is None or 0 <= self.lead_ms <= 1000) or not -90 <= self.lead_floor_db < 0:
+            raise ValueError("lead_ms must be None or in [0, 1000], lead_floor_db in [-90, 0)")
         if not 0 <= self.keep_up_s <= 10 or self.keep_up_min_words < 1 or not 0 < self.seconds_per_word <= 5:
             raise ValueError("keep_up_s must be in [0, 10], keep_up_min_words >= 1, seconds_per_word in (0, 5]")
 
@@ -283,12 +291,13 @@ class SpeechStream:
     def _speak_chunk(self, timing: ChunkTiming) -> None:
         text = normalize_text(timing.text) if self.config.normalize else timing.text
         result = self.synthesizer.synthesize(text, normalize=False)
-        timing.synth_s, timing.audio_s = result.metrics.seconds, result.metrics.audio_s
+        audio = trim_leading_silence(result.audio, result.sample_rate, self.config.lead_ms, self.config.lead_floor_db)
+        timing.synth_s, timing.audio_s = result.metrics.seconds, len(audio) / result.sample_rate
         self._play_end = max(self._play_end, time.perf_counter()) + timing.audio_s
         self._synthesized += 1
-        if self._cancelled.is_set() or not len(result.audio):
+        if self._cancelled.is_set() or not len(audio):
             return
-        frames = self._to_frames(result.audio, result.sample_rate)  # [F, frame_samples] int16
+        frames = self._to_frames(audio, result.sample_rate)  # [F, frame_samples] int16
         for i, pcm in enumerate(frames):
             frame = SpeechFrame(pcm, self.config.sample_rate, self._frames_made * self.config.frame_ms / 1000,
                                 timing.index, i == 0, i == len(frames) - 1, result.text)
@@ -337,6 +346,17 @@ class SpeechStream:
 
     def _since_t0(self) -> float:
         return time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+
+
+def trim_leading_silence(audio: np.ndarray, rate: int, keep_ms: float | None, floor_db: float) -> np.ndarray:
+    """audio [N] without its leading silence: from `keep_ms` before the first sample within
+    `floor_db` of the peak (relative, so a quiet backend is cut as a loud one is). All-silent
+    audio and keep_ms None: unchanged."""
+    peak = float(np.max(np.abs(audio))) if len(audio) else 0.0
+    if keep_ms is None or peak <= 0.0:
+        return audio
+    first = int(np.argmax(np.abs(audio) >= peak * 10 ** (floor_db / 20)))
+    return audio[max(0, first - round(rate * keep_ms / 1000)) :]
 
 
 def _fade(audio: np.ndarray, n: int) -> np.ndarray:  # [N] float32

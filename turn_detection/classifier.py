@@ -8,12 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from turn_detection.prosody import FEATURE_NAMES
+from parley.audio import ENGINE_RATE
+from turn_detection.prosody import CONTEXT_S, FEATURE_NAMES, prosodic_features
 
 DEFAULT_WEIGHTS = Path(__file__).with_name("eot_prosody.npz")
 
 
 class ProsodyClassifier:
+    context_s = CONTEXT_S  # audio before a pause that its features read
+
     def __init__(self, mean: np.ndarray, scale: np.ndarray, w1: np.ndarray, b1: np.ndarray,
                  w2: np.ndarray, b2: float):
         f = len(FEATURE_NAMES)
@@ -41,6 +44,12 @@ class ProsodyClassifier:
         np.savez(path, mean=self.mean.astype(np.float32), scale=self.scale.astype(np.float32),
                  w1=self.w1.astype(np.float32), b1=self.b1.astype(np.float32),
                  w2=self.w2.astype(np.float32), b2=np.float32(self.b2))
+
+    @staticmethod
+    def features(audio: np.ndarray, speech_end: int) -> np.ndarray:
+        """audio [N] up to now, its speech ending at sample `speech_end` -> [F]: the prosodic
+        features of the CONTEXT_S before the pause."""
+        return prosodic_features(audio[max(0, speech_end - int(CONTEXT_S * ENGINE_RATE)) : max(0, speech_end)])
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """x [N, F] -> [N]."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,10 +13,10 @@ from parley.audio import ENGINE_RATE, validate_audio
 from turn_detection.classifier import DEFAULT_WEIGHTS, ProsodyClassifier
 from turn_detection.completeness import DEFAULT_TEXT_WEIGHTS, CompletenessScorer
 from turn_detection.policy import DEFAULT_POLICY, EndpointingPolicy
-from turn_detection.prosody import CONTEXT_S, prosodic_features
 from turn_detection.vad import WINDOW, WINDOW_S, SileroVAD, VADConfig
 
-_KEEP = int((CONTEXT_S + 2.0) * ENGINE_RATE)  # audio kept for the features
+if TYPE_CHECKING:
+    from turn_detection.acoustic import AcousticClassifier
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,14 @@ class Evaluation:
 
     time_s: float
     speech_end_s: float
-    features: np.ndarray  # [len(FEATURE_NAMES)]
+    features: np.ndarray  # [F] the audio witness's (prosodic or acoustic) features
     probability: float  # the combined P the policy saw
-    audio_probability: float = float("nan")  # the prosodic classifier's P
+    audio_probability: float = float("nan")  # the audio witness's P
     text_probability: float | None = None  # the text scorer's P (None: no transcript / scorer)
 
 
 class EndOfTurnDetector:
-    def __init__(self, vad: SileroVAD, classifier: ProsodyClassifier | None,
+    def __init__(self, vad: SileroVAD, classifier: ProsodyClassifier | AcousticClassifier | None,
                  policy: EndpointingPolicy | None = None, text_scorer: CompletenessScorer | None = None):
         self.vad, self.classifier, self.text_scorer = vad, classifier, text_scorer
         self.policy = policy or EndpointingPolicy()
@@ -84,6 +85,8 @@ class EndOfTurnStream:
     def __init__(self, detector: EndOfTurnDetector):
         self._det = detector
         self._vad = detector.vad.stream(VADConfig())
+        # audio kept for the audio witness's features (its context, and the pause so far)
+        self._keep = int(((detector.classifier or ProsodyClassifier).context_s + 2.0) * ENGINE_RATE)
         self.reset()
 
     def reset(self) -> None:
@@ -137,9 +140,9 @@ class EndOfTurnStream:
         probs = None if speech_probs is None else _checked_probs(speech_probs, n)
         self._pushed += len(x)
         self._audio = np.concatenate([self._audio, x])
-        if len(self._audio) > _KEEP:
-            self._audio_start += len(self._audio) - _KEEP
-            self._audio = self._audio[-_KEEP:]
+        if len(self._audio) > self._keep:
+            self._audio_start += len(self._audio) - self._keep
+            self._audio = self._audio[-self._keep :]
         buf = np.concatenate([self._pending, x])
         self._pending = buf[n * WINDOW :]
         event = None
@@ -181,9 +184,8 @@ class EndOfTurnStream:
     def _evaluate(self, now: float) -> None:
         if self._features is None:  # the audio before the pause: computed once per pause
             end = int(self._speech_end * ENGINE_RATE) - self._audio_start
-            audio = self._audio[max(0, end - int(CONTEXT_S * ENGINE_RATE)) : max(0, end)]
-            self._features = prosodic_features(audio)
             clf = self._det.classifier
+            self._features = (clf or ProsodyClassifier).features(self._audio, max(0, end))
             self._audio_p = clf.probability(self._features) if clf is not None else 0.5
         scorer = self._det.text_scorer
         text_p = scorer.probability(self._text) if scorer is not None and self._text.strip() else None

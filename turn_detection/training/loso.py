@@ -4,6 +4,7 @@ transcripts at their real times (benchmarks/turn_stt.py cache).
 
     python -m turn_detection.training.loso --data DIR --stt-cache FILE [--out eot_policy.json]
         [--cap 0.03] [--cap-complete 0.01] [--report FILE.json]
+        [--pauses DIR [--witness acoustic --weights-out FILE]]
 
 Each clip is streamed once through the detector (prosody only, a policy that never ends a
 turn), recording per VAD window its silence and prosodic P; the text P per window is the
@@ -137,11 +138,17 @@ def choose(per_family: dict[str, list[dict]], families: list[str], cap: float, c
 FAMILY_ENGINE = {"piper": "piper", "espeak": "espeak", "flite": "flite", "festival": "festival"}
 
 
-def fold_models(pauses, families: list[str], hidden: int, l2: float, seed: int) -> dict[frozenset, object]:
-    """The prosodic model fit without each family and each pair of families (by engine):
-    nested leave-one-out, so that the policy of a fold is also chosen on P from voices its
-    model never heard; frozenset() -> the model fit on everything (the shipped one)."""
+def fold_models(pauses, families: list[str], hidden: int, l2: float, seed: int, acoustic: bool = False
+                ) -> dict[frozenset, object]:
+    """The audio model (prosodic, or with `acoustic` the head on Whisper's encoder states) fit
+    without each family and each pair of families (by engine): nested leave-one-out, so that
+    the policy of a fold is also chosen on P from voices its model never heard; frozenset() ->
+    the model fit on everything (the shipped one)."""
+    from turn_detection.acoustic import AcousticClassifier
     from turn_detection.classifier import ProsodyClassifier
+
+    def fit(x, y):
+        return AcousticClassifier.fit(x, y, l2) if acoustic else ProsodyClassifier.fit(x, y, hidden, l2, seed)
 
     out: dict[frozenset, object] = {}
     sets = [frozenset()] + [frozenset([f]) for f in families] + [
@@ -151,7 +158,7 @@ def fold_models(pauses, families: list[str], hidden: int, l2: float, seed: int) 
         engines = frozenset(FAMILY_ENGINE[f] for f in s if f in FAMILY_ENGINE)
         if engines not in by_engines:
             keep = ~np.isin(pauses.engines, list(engines))
-            by_engines[engines] = ProsodyClassifier.fit(pauses.features[keep], pauses.labels[keep], hidden, l2, seed)
+            by_engines[engines] = fit(pauses.features[keep], pauses.labels[keep])
         out[s] = by_engines[engines]
     return out
 
@@ -159,11 +166,12 @@ def fold_models(pauses, families: list[str], hidden: int, l2: float, seed: int) 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.turn import load_dataset
     from benchmarks.turn_stt import stt_timelines
+    from turn_detection.acoustic import AcousticClassifier
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
     ap.add_argument("--stt-cache", required=True)
-    ap.add_argument("--out", default=str(DEFAULT_POLICY))
+    ap.add_argument("--out", help="the policy chosen on all families (default: the shipped eot_policy.json)")
     ap.add_argument("--cap", type=float, default=0.03)
     ap.add_argument("--cap-complete", type=float, default=0.01)
     ap.add_argument("--report")
@@ -174,9 +182,17 @@ def main(argv: list[str] | None = None) -> int:
                     "(without the held-out family's synthesizer) and write it to --weights-out")
     ap.add_argument("--per-voice", type=int, default=80)
     ap.add_argument("--hidden", type=int, default=16)
-    ap.add_argument("--l2", type=float, default=10.0)
-    ap.add_argument("--weights-out", default=str(DEFAULT_WEIGHTS))
+    ap.add_argument("--l2", type=float, default=None, help="the audio model's L2 (default: 10 prosodic, 100 acoustic)")
+    ap.add_argument("--weights-out", help="where --pauses writes the model fit on everything (default: the shipped file)")
+    ap.add_argument("--witness", choices=("prosody", "acoustic"), default="prosody",
+                    help="the audio witness: prosodic features, or Whisper's encoder states (acoustic.py)")
     args = ap.parse_args(argv)
+    acoustic = args.witness == "acoustic"
+    if acoustic and not (args.pauses and args.out and args.weights_out):
+        ap.error("--witness acoustic needs --pauses, --out and --weights-out: no acoustic head or policy ships "
+                 "(its model is fit per fold; MODEL_CARD.md, ninth card)")
+    l2 = args.l2 if args.l2 is not None else (100.0 if acoustic else 10.0)
+    out, weights_out = args.out or str(DEFAULT_POLICY), args.weights_out or str(DEFAULT_WEIGHTS)
     clips = load_dataset(args.data)
     if args.only_cached:
         from benchmarks.turn_stt import cached_names
@@ -185,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
         clips = [c for c in clips if c.name in have]
     timelines = stt_timelines(clips, args.stt_cache)
     det = EndOfTurnDetector.load()
-    ftraces = [feature_trace(det.vad, c.audio, c.turn_end) for c in clips]
+    witness = AcousticClassifier.extractor() if acoustic else None
+    ftraces = [feature_trace(det.vad, c.audio, c.turn_end, witness) for c in clips]
     families = sorted({c.family for c in clips})
     if args.pauses:
         from turn_detection.training.pauses import load as load_pauses
 
-        models = fold_models(load_pauses(args.pauses, args.per_voice), families, args.hidden, args.l2, 0)
+        pauses = load_pauses(args.pauses, args.per_voice, witness=witness)
+        models = fold_models(pauses, families, args.hidden, l2, 0, acoustic)
     else:  # the shipped prosodic model for every fold (held out for the policy only)
         models = {s: det.classifier for s in [frozenset()] + [frozenset(p) for n in (1, 2)
                                                                for p in itertools.combinations(families, n)]}
@@ -207,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return scores[(models[s], f)]
 
     report: dict = {"caps": [args.cap, args.cap_complete], "policies": len(grid), "held_out": {},
-                    "refit": bool(args.pauses)}
+                    "refit": bool(args.pauses), "witness": args.witness}
     for f in families:
         others = [g for g in families if g != f]
         i = choose({g: family_of(frozenset([f, g]), g) for g in others}, others, args.cap, args.cap_complete)
@@ -221,12 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     if i is None:
         print("no policy within the caps on all families; nothing written")
     else:
-        grid[i].save(args.out)
+        grid[i].save(out)
         if args.pauses:
-            models[frozenset()].save(args.weights_out)
+            models[frozenset()].save(weights_out)
         report["shipped"] = {"policy": asdict(grid[i]), "families": {f: rates(family_of(frozenset([f]), f)[i])
                                                                      for f in families}}
-        print(f"shipped {grid[i]} -> {args.out}")
+        print(f"shipped {grid[i]} -> {out}")
         for f in families:
             print(f"  {f:11s} " + "FC {false_cutoff_rate:.1%} (complete {false_cutoff_complete:.1%}), mean {latency_mean_s:.3f} s".format(
                 **rates(family_of(frozenset([f]), f)[i])))

@@ -11,7 +11,10 @@ through the real detector stream; each pause it evaluates is one example (featur
 1 only at the end of a complete utterance), tagged with its engine, so leave-one-family-out
 can fit the model without the held-out family's synthesizer.
 
-    python -m turn_detection.training.pauses --cache DIR [--per-voice 40] [--seed 0]
+    python -m turn_detection.training.pauses --cache DIR [--per-voice 40] [--seed 0] [--witness acoustic]
+
+With --witness acoustic each pause's features are Whisper's encoder states (acoustic.py), for
+`loso --witness acoustic` (tried, not shipped: MODEL_CARD.md, ninth card).
 
 Features are cached per voice in DIR (keyed by the feature / detector code), so a rerun or a
 new engine costs only what changed. ~1 s a sentence on one core (synthesis + VAD + features)."""
@@ -64,9 +67,12 @@ def voice_sentences(voice: Voice, per_voice: int) -> tuple[str, ...]:
 
 
 def voice_pauses(voice: Voice, per_voice: int, vad: SileroVAD, rng: np.random.Generator,
-                 p_augment: float = 0.7) -> tuple[np.ndarray, np.ndarray]:
-    """-> features [N, F], labels [N] of one voice's clips (see the module doc)."""
-    stream = EndOfTurnDetector(vad, None, replace(PROBE)).stream()
+                 p_augment: float = 0.7, witness=None) -> tuple[np.ndarray, np.ndarray]:
+    """-> features [N, F], labels [N] of one voice's clips (see the module doc); `witness`: an
+    AcousticClassifier for its features (None: the prosodic ones). Its features include the
+    silence read so far, so its pauses are read where the shipped policies read them (32 ms)."""
+    probe = replace(PROBE) if witness is None else replace(PROBE, eval_silence_s=0.032)
+    stream = EndOfTurnDetector(vad, witness, probe).stream()
     xs, ys = [], []
     for text in voice_sentences(voice, per_voice):
         speech = synthesize(voice, text)
@@ -89,21 +95,23 @@ def voice_pauses(voice: Voice, per_voice: int, vad: SileroVAD, rng: np.random.Ge
 
 
 def load(cache: str | Path, per_voice: int = 40, seed: int = 0, vad: SileroVAD | None = None,
-         log=print) -> PauseSet:
-    """Every voice's pauses, from `cache` where present (computed and stored otherwise)."""
+         log=print, witness=None) -> PauseSet:
+    """Every voice's pauses, from `cache` where present (computed and stored otherwise);
+    `witness` as in voice_pauses."""
     cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
-    digest = code_digest(CODE)
+    digest = code_digest(CODE if witness is None else (*CODE, "acoustic.py"))
+    kind = "" if witness is None else "acoustic-"
     xs, ys, es = [], [], []
     for vi, voice in enumerate(VOICES):
-        path = cache / f"{voice.label}-n{per_voice}-seed{seed}-{digest}.npz"
+        path = cache / f"{kind}{voice.label}-n{per_voice}-seed{seed}-{digest}.npz"
         if path.is_file():
             with np.load(path) as z:
                 x, y = z["x"], z["y"]
         else:
             vad = vad or SileroVAD(threads=1)
             t0 = time.perf_counter()
-            x, y = voice_pauses(voice, per_voice, vad, np.random.default_rng([seed, vi]))
+            x, y = voice_pauses(voice, per_voice, vad, np.random.default_rng([seed, vi]), witness=witness)
             np.savez(path, x=x, y=y)
             log(f"{voice.label}: {len(y)} pauses ({int(y.sum())} ends) in {time.perf_counter() - t0:.0f} s")
         xs.append(x)
@@ -117,8 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", required=True)
     ap.add_argument("--per-voice", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--witness", choices=("prosody", "acoustic"), default="prosody",
+                    help="whose features: the prosodic ones or Whisper's encoder states (acoustic.py)")
     args = ap.parse_args(argv)
-    ps = load(args.cache, args.per_voice, args.seed)
+    witness = None
+    if args.witness == "acoustic":
+        from turn_detection.acoustic import AcousticClassifier
+
+        witness = AcousticClassifier.extractor()
+    ps = load(args.cache, args.per_voice, args.seed, witness=witness)
     for e in ENGINES:
         m = ps.engines == e
         print(f"{e:9s} {int(m.sum())} pauses, {int(ps.labels[m].sum())} ends")

@@ -89,9 +89,10 @@ class FeatureTrace:
         return Trace(self.time_s, self.silence_s, prob, self.turn_end)
 
 
-def feature_trace(vad, audio: np.ndarray, turn_end: float) -> FeatureTrace:
-    """One clip streamed with no classifier (a model choice replays its pauses' features)."""
-    base = EndOfTurnDetector(vad, None, replace(BASE, eval_silence_s=0.0, min_wait_s=60.0, max_wait_s=60.0))
+def feature_trace(vad, audio: np.ndarray, turn_end: float, witness=None) -> FeatureTrace:
+    """One clip streamed with no classifier (a model choice replays its pauses' features);
+    `witness`: an AcousticClassifier for its features (None: the prosodic ones)."""
+    base = EndOfTurnDetector(vad, witness, replace(BASE, eval_silence_s=0.0, min_wait_s=60.0, max_wait_s=60.0))
     stream = base.stream()
     t, sil, idx = [], [], []
     for i in range(0, len(audio) - WINDOW + 1, WINDOW):
