@@ -303,6 +303,15 @@ async def test_a_reply_past_max_tokens_finishes_its_sentence_and_no_more():
     assert [e["text"] for e in run.of("reply")] == ["One two three four five"]
 
 
+async def test_a_reply_that_says_a_sentence_again_ends_there_and_aborts_the_request():
+    cfg = fake_config(preemptive=False, response=ResponsePolicy(ack_enabled=False))
+    loop = "It is sunny. I love the sun. I love the sun. I love the sun. I love"
+    llm = FakeLLM([loop], ttft_s=0.02, token_s=0.01)
+    _, run = await one_turn(cfg, fake_components(cfg, llm))
+    assert [e["text"] for e in run.of("reply")] == ["It is sunny. I love the sun."]
+    assert not llm._live  # the engine request was aborted, not left running
+
+
 async def test_an_unrecorded_session_keeps_no_event_log():
     # livekit keeps every event it emits for a recording's report (~120 KB a turn, measured):
     # with nothing recording, none is kept, and listeners still get every event

@@ -17,6 +17,7 @@ from llm_engine.sampling_params import SamplingParams
 from parley.errors import StageOutputError, StageTimeoutError
 from pipeline.budget import ResponsePolicy
 from pipeline.context import ContextTrim
+from pipeline.repeats import RepeatGuard
 from tts.chunker import sentence_end
 
 log = logging.getLogger("parley.llm")
@@ -167,19 +168,24 @@ class ParleyLLMStream(llm.LLMStream):
             if delta is None:  # no text at all: say so (an apology) rather than stay silent
                 raise StageOutputError("llm: the engine returned an empty reply")
             plugin._marks("llm_first_token")
-            ending = _SentenceEnding(plugin.sentence_after_tokens)
+            ending, guard, repeated = _SentenceEnding(plugin.sentence_after_tokens), RepeatGuard(), False
             while delta is not None:
                 if not isinstance(delta, str):
                     raise StageOutputError(f"llm: a text delta of type {type(delta).__name__}")
                 n_deltas += 1
                 text, done = ending.push(delta)
+                text, repeated = guard.push(text)
                 if text:
                     self._send(request_id, text)
-                if done:
+                if done or repeated:
                     break  # the engine request is aborted below
                 delta = await _next(asyncio.ensure_future(it.__anext__()), plugin.deadline_s)
-            if rest := ending.rest():
-                self._send(request_id, rest)
+            if not repeated:
+                rest, repeated = guard.push(ending.rest())
+                if rest := rest + ("" if repeated else guard.finish()):
+                    self._send(request_id, rest)
+            if guard.repeats:
+                log.info("the reply said a sentence again: ended there (%d deltas)", n_deltas)
         finally:
             if first is not None and not first.done():
                 first.cancel()
