@@ -7,8 +7,9 @@ so its states at the end of an utterance carry what a listener hears there (a fi
 lengthening, a word that cannot end a sentence) more the same way across voices: a logistic
 regression on them, fit without a family's synthesizer, ranks that family's inserted pauses
 against its turn ends at AUC 0.90-0.98 (the prosodic model: 0.49-0.54 on flite and festival).
-It is not the session's witness: leaving one family out, the policies chosen with it cut off
-more of the held-out family (MODEL_CARD.md, ninth card). It stays as a training option,
+It is not the session's witness: leaving one family out, the policies chosen with it alone cut
+off more of the held-out family; summed with the prosodic P it matched the shipped witness's
+worst family (MODEL_CARD.md, ninth card). It stays as a training option,
 `python -m turn_detection.training.loso --witness acoustic --pauses DIR ...`.
 
 The encoder (the STT's whisper-tiny.en, our own CTranslate2 instance on `threads` threads) runs
