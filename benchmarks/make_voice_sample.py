@@ -1,6 +1,6 @@
 """Write the bundled sample conversation for `parley bench voice` (and `make demo`):
 
-    python -m benchmarks.make_voice_sample [--out benchmarks/data/voice_sample]
+    python -m benchmarks.make_voice_sample [--conversation sample|second] [--out DIR]
 
 Five short requests a voice assistant gets, each by another voice: the embedded Piper voice
 (joe) at two speaking rates, an espeak-ng variant and two Debian flite voices (slt, rms), so
@@ -13,6 +13,12 @@ continuing intonation; that pause is stretched to PAUSE_S. (A pause after a clau
 whole question by itself, "How long does it take to drive to the airport, ... if I leave at
 five?", was tried first: our end-of-turn detector answered there, as a person might; such a
 turn tests a guess, not whether the agent waits for an unfinished sentence.)
+
+A second conversation (`--conversation second`, benchmarks/data/voice_sample_2) was written
+after every choice in the session was made, to check its figures on sentences and voices
+nothing was tuned on: two other flite voices (awb, kal), two other espeak-ng variants, Piper's
+joe at another rate, and a pause after a clause that is a whole command by itself ("Play some relaxing piano music, ...
+in the kitchen."), the guess the first conversation avoids.
 
 Format (`parley bench turn`'s): NAME.wav, 16 kHz mono 16-bit + NAME.json {"text", "kind",
 "speech", "pauses", "turn_end", "voice"}, times in seconds, from the audio's energy
@@ -38,6 +44,7 @@ from turn_detection.training.data import speech_intervals
 
 LEAD_S, TAIL_S, PAUSE_S = 0.5, 1.5, 0.8
 DEFAULT_OUT = Path(__file__).parent / "data" / "voice_sample"
+SECOND_OUT = Path(__file__).parent / "data" / "voice_sample_2"
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,15 @@ CONVERSATION: tuple[Line, ...] = (
     Line("04-capital", "What is the capital of Australia?", "espeak", "en-us+f3", 165),
     Line("05-message", "Text Maria that I'm running ten minutes late.", "flite", "rms", 0),
 )
+SECOND: tuple[Line, ...] = (
+    Line("01-alarm", "Set an alarm for six thirty tomorrow morning.", "flite", "awb", 0),
+    Line("02-recipe", "How long should I boil an egg for a soft yolk?", "espeak", "en-gb", 175),
+    Line("03-music-paused", "Play some relaxing piano music in the kitchen.", "piper", "joe", 1.1,
+         spoken="Play some relaxing piano music, in the kitchen."),
+    Line("04-distance", "How far is the moon from the earth?", "flite", "kal", 0),
+    Line("05-reminder", "Remind me to call the dentist on Monday.", "espeak", "en-us+m3", 150),
+)
+CONVERSATIONS = {"sample": (CONVERSATION, DEFAULT_OUT), "second": (SECOND, SECOND_OUT)}
 
 
 def _flite(text: str, voice: str) -> tuple[np.ndarray, int]:
@@ -130,13 +146,16 @@ def make_clip(line: Line) -> tuple[np.ndarray, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--conversation", choices=sorted(CONVERSATIONS), default="sample")
+    ap.add_argument("--out", type=Path, default=None, help="default: the conversation's bundled directory")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for line in CONVERSATION:
+    lines, out = CONVERSATIONS[args.conversation]
+    out = args.out or out
+    out.mkdir(parents=True, exist_ok=True)
+    for line in lines:
         audio, meta = make_clip(line)
-        write_wav(args.out / f"{line.name}.wav", audio, ENGINE_RATE)
-        (args.out / f"{line.name}.json").write_text(json.dumps(meta) + "\n")
+        write_wav(out / f"{line.name}.wav", audio, ENGINE_RATE)
+        (out / f"{line.name}.json").write_text(json.dumps(meta) + "\n")
         print(f"{line.name}: {len(audio) / ENGINE_RATE:.2f} s, turn_end {meta['turn_end']:.2f} s, "
               f"pauses {meta['pauses']}, {meta['voice']}")
     return 0

@@ -191,3 +191,23 @@ def test_the_cli_runs_it_and_prints_the_table(tmp_path, monkeypatch, capsys):
     assert seen == {"config": None, "compare": []} and (out / "a-complete.wav").exists()
     assert cli.main(["bench", "voice", "--data", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_real_sessions_freeze_their_loaded_models_before_the_first_turn(tmp_path, monkeypatch):
+    """Like the `parley` commands: the models load, then leave the collector's reach, so the full
+    collection after each reply does not walk them on the event loop (220-290 ms a reply)."""
+    import benchmarks.voice as voice
+    import pipeline.allocator as allocator
+    import pipeline.session as session
+
+    calls = []
+    monkeypatch.setattr(session, "load_components", lambda cfg: calls.append(("load", cfg.speculative)) or "models")
+    monkeypatch.setattr(allocator, "freeze_loaded_objects", lambda: calls.append(("freeze",)) or 0)
+    monkeypatch.setattr(session, "session_factory", lambda cfg, comps: calls.append(("factory", comps)) or "f")
+    cfg = tmp_path / "no-spec.toml"
+    cfg.write_text('speculative = "none"\n')
+    makers = voice.session_makers(None, [f"no-spec={cfg}"])
+    assert calls == []  # nothing loads before a configuration's turn comes
+    assert makers["no-spec"]() == "f"
+    assert calls == [("load", "none"), ("freeze",), ("factory", "models")]

@@ -109,15 +109,17 @@ def test_summary_counts_and_percentiles():
 
 
 @pytest.mark.unit
-def test_the_bundled_sample_conversation_is_valid_and_held_out():
-    from benchmarks.make_voice_sample import CONVERSATION, DEFAULT_OUT, PAUSE_S
+@pytest.mark.parametrize("name", ["sample", "second"])
+def test_the_bundled_conversations_are_valid_and_held_out(name):
+    from benchmarks.make_voice_sample import CONVERSATIONS, PAUSE_S
     from benchmarks.voice_data import load_conversation
     from turn_detection.training import sentences
     from turn_detection.training.data import speech_intervals
 
-    clips, skipped = load_conversation(DEFAULT_OUT)
-    assert not skipped and [c.name for c in clips] == [line.name for line in CONVERSATION]
-    assert 4 <= len(clips) <= 6 and len({line.engine for line in CONVERSATION}) >= 2
+    lines, out = CONVERSATIONS[name]
+    clips, skipped = load_conversation(out)
+    assert not skipped and [c.name for c in clips] == [line.name for line in lines]
+    assert 4 <= len(clips) <= 6 and len({line.engine for line in lines}) >= 2
     held = set(sentences.TRAIN) | set(sentences.VALIDATION) | set(sentences.TEST)
     for clip in clips:
         assert clip.text not in held and covers_end(clip.text, clip.text)
@@ -127,6 +129,15 @@ def test_the_bundled_sample_conversation_is_valid_and_held_out():
     ((start, end),) = paused.pauses
     assert end - start == pytest.approx(PAUSE_S, abs=0.01) and start > 0.5 and end < paused.turn_end
     assert not np.any(np.abs(paused.audio[round(start * RATE) + 16 : round(end * RATE) - 16]) > 1e-3)
+
+
+@pytest.mark.unit
+def test_the_second_conversation_shares_no_sentence_and_no_voice_setting_with_the_first():
+    from benchmarks.make_voice_sample import CONVERSATION, SECOND
+
+    assert not {line.text for line in SECOND} & {line.text for line in CONVERSATION}
+    assert not {(line.engine, line.voice, line.rate) for line in SECOND} & {
+        (line.engine, line.voice, line.rate) for line in CONVERSATION}
 
 
 @pytest.mark.unit
