@@ -5,10 +5,10 @@ Reports decode tok/s at batch 1 and 8, TTFT for a 512-token prompt cold and with
 prefix-cache hit + 16 new tokens, peak RSS, RSS drift over many requests, and the
 weight-streaming floor (decode weight bytes / memory bandwidth measured here). Our engine
 runs three ways: fp32 (the default), fp32 with `linear_backend="torch"` (plain F.linear, the
-route before llm_engine.linear), and bf16 weights (`weight_format="bf16"`) and int8 weights
-with int8 activations (`weight_format="int8"`), whose greedy tokens are compared with fp32's
-on the committed voice prompts. llama.cpp (llama_cpp) is
-measured only when importable.
+route before llm_engine.linear), and bf16 weights (`weight_format="bf16"`), int8 weights
+with int8 activations (`weight_format="int8"`) and the GGUF's own 4-bit blocks with int8
+activations (`weight_format="q4"`), whose greedy tokens are compared with fp32's on the
+committed voice prompts. llama.cpp (llama_cpp) is measured only when importable.
 
 The streaming section (--stream; --stream-only skips the rest) measures the serving path the
 voice loop and `parley serve` use, at 1 thread: 1 and 4 concurrent `stream_chat` clients on the
@@ -41,7 +41,8 @@ from llm_engine.model import weight_bytes
 from parley.assets import model_path
 
 VARIANTS = {"ours": {}, "ours_torch_linear": {"linear_backend": "torch"}, "ours_bf16": {"weight_format": "bf16"},
-            "ours_int8": {"weight_format": "int8"}}
+            "ours_int8": {"weight_format": "int8"}, "ours_q4": {"weight_format": "q4"}}
+QUANTIZED = ("bf16", "int8", "q4")  # the formats compared with fp32 (bytes, greedy agreement)
 
 
 def rss_mb() -> float:
@@ -136,11 +137,15 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
 
         p = model_path("smollm2-135m-instruct")
         hf = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32).eval()
-    res: dict = {"weight_bytes": wbytes, "bf16_weight_bytes": weight_bytes(engines["ours_bf16"].model),
-                 "int8_weight_bytes": weight_bytes(engines["ours_int8"].model),
+    res: dict = {"weight_bytes": wbytes, **{f"{f}_weight_bytes": weight_bytes(engines[f"ours_{f}"].model)
+                                            for f in QUANTIZED},
                  "n_tokens": n, "llama_cpp": None, "by_threads": {}}
     have_llama_cpp = importlib.util.find_spec("llama_cpp") is not None
     res["llama_cpp"] = "measured" if have_llama_cpp else "not installed: skipped"
+    if have_llama_cpp:  # which SIMD paths its build took (AVX2 = 1, AVX512 = 0, ...)
+        import llama_cpp
+
+        res["llama_cpp_system_info"] = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     for th in threads:
         torch.set_num_threads(th)
         bw = bandwidth_gbs()
@@ -165,8 +170,8 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
         if have_llama_cpp:
             r["llama_cpp_b1_tok_s"] = statistics.median(
                 llama_cpp_decode(model_path("smollm2-135m-instruct"), chat, n, th) for _ in range(3))
-            r["ours_bf16_vs_llama_cpp_b1"] = r["ours_bf16_b1_tok_s"] / r["llama_cpp_b1_tok_s"]
-            r["ours_int8_vs_llama_cpp_b1"] = r["ours_int8_b1_tok_s"] / r["llama_cpp_b1_tok_s"]
+            for f in QUANTIZED:
+                r[f"ours_{f}_vs_llama_cpp_b1"] = r[f"ours_{f}_b1_tok_s"] / r["llama_cpp_b1_tok_s"]
         r["ours_vs_floor_b1"] = r["ours_b1_tok_s"] / r["floor_tok_s"]
         r["ours_vs_torch_linear_b1"] = r["ours_b1_tok_s"] / r["ours_torch_linear_b1_tok_s"]
         r["bf16_floor_tok_s"] = bw * 1e9 / res["bf16_weight_bytes"]
@@ -174,8 +179,8 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
         res["by_threads"][str(th)] = r
         print(f"threads={th}: " + json.dumps(r), flush=True)
     torch.set_num_threads(threads[0])
-    res["bf16_vs_fp32_greedy"] = greedy_agreement(engine, engines["ours_bf16"])
-    res["int8_vs_fp32_greedy"] = greedy_agreement(engine, engines["ours_int8"])
+    for f in QUANTIZED:
+        res[f"{f}_vs_fp32_greedy"] = greedy_agreement(engine, engines[f"ours_{f}"])
     before = rss_mb()
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     for i in range(flat_requests):
@@ -190,8 +195,9 @@ def run(threads: list[int], n: int, flat_requests: int, with_hf: bool) -> dict:
 def table(res: dict) -> str:
     keys = ["bandwidth_gbs", "floor_tok_s", "ours_b1_tok_s", "ours_torch_linear_b1_tok_s", "hf_b1_tok_s",
             "ours_vs_hf_b1", "ours_vs_torch_linear_b1", "ours_vs_floor_b1", "ours_bf16_b1_tok_s", "bf16_floor_tok_s",
-            "ours_bf16_vs_hf_b1", "ours_int8_b1_tok_s", "llama_cpp_b1_tok_s", "ours_bf16_vs_llama_cpp_b1",
-            "ours_int8_vs_llama_cpp_b1", "ours_b8_tok_s", "ours_bf16_b8_tok_s", "ours_int8_b8_tok_s", "hf_b8_tok_s",
+            "ours_bf16_vs_hf_b1", "ours_int8_b1_tok_s", "ours_q4_b1_tok_s", "llama_cpp_b1_tok_s",
+            "ours_bf16_vs_llama_cpp_b1", "ours_int8_vs_llama_cpp_b1", "ours_q4_vs_llama_cpp_b1", "ours_b8_tok_s",
+            "ours_bf16_b8_tok_s", "ours_int8_b8_tok_s", "ours_q4_b8_tok_s", "hf_b8_tok_s",
             "ttft_cold_512_s", "ttft_hit_512p16_s", "prefix_hit_over_cold"]
     ths = list(res["by_threads"])
     lines = ["| metric | " + " | ".join(f"{t} thread(s)" for t in ths) + " |", "|---|" + "---|" * len(ths)]
@@ -200,10 +206,10 @@ def table(res: dict) -> str:
         lines.append(f"| {k} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in vals) + " |")
     lines.append(f"\npeak RSS {res['peak_rss_mb']:.0f} MB; RSS over {res['flat_requests']} requests: "
                  f"{res['rss_before_mb']:.0f} -> {res['rss_after_mb']:.0f} MB; KV cache {res['kv_cache_mb']:.0f} MB;"
-                 f" weights streamed per token {res['weight_bytes'] / 1e6:.0f} MB (bf16:"
-                 f" {res['bf16_weight_bytes'] / 1e6:.0f} MB, int8: {res['int8_weight_bytes'] / 1e6:.0f} MB);"
-                 f" llama.cpp: {res['llama_cpp']}")
-    for fmt in ("bf16", "int8"):
+                 f" weights streamed per token {res['weight_bytes'] / 1e6:.0f} MB ("
+                 + ", ".join(f"{f}: {res[f'{f}_weight_bytes'] / 1e6:.0f} MB" for f in QUANTIZED)
+                 + f"); llama.cpp: {res['llama_cpp']}")
+    for fmt in QUANTIZED:
         g = res[f"{fmt}_vs_fp32_greedy"]
         lines.append(f"{fmt} vs fp32 greedy ({g['prompts']} prompts, 48 tokens): {g['identical']} identical;"
                      f" tokens before divergence {g['tokens_before_divergence']}")
@@ -230,12 +236,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
     ap.add_argument("--stream", action="store_true", help="add the streaming / speculation section")
     ap.add_argument("--stream-only", action="store_true", help="run only the streaming section")
-    ap.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int8"], help="streaming: weight formats")
+    ap.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int8", "q4"], help="streaming: weight formats")
     ap.add_argument("--stream-tokens", type=int, default=48, help="streaming: max tokens per reply")
     ap.add_argument("--stream-repeats", type=int, default=1, help="streaming: passes over the prompts")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--kernel-march", default=None, metavar="ARCH",
+                    help="build our C++ kernels with -march=ARCH instead of the host's (x86-64-v3: the AVX2 "
+                         "paths on an AVX-512 host), to set code paths side by side on one machine")
     a = ap.parse_args(argv)
     res: dict = {"machine": machine()}
+    if a.kernel_march:  # this process is the benchmark's own: before any kernel is built
+        import kernels.cpu_native as native
+
+        native.FLAGS = tuple(f"-march={a.kernel_march}" if f == "-march=native" else f for f in native.FLAGS)
+        res["machine"]["kernel_march"] = a.kernel_march
     if not a.stream_only:
         res |= run(a.threads, a.tokens, a.flat_requests, not a.no_hf)
         print(table(res))

@@ -40,6 +40,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from pipeline.config import SPECULATIVE, WEIGHT_FORMATS
+
 DATA = Path(__file__).parent / "data" / "voice_prompts.json"
 MODEL = "smollm2-135m-instruct"
 READY = re.compile(r"on http://127\.0\.0\.1:(\d+)/v1")
@@ -283,8 +285,8 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
                    help="run every level this many times (HTTP and in-process alternating first); medians reported")
     p.add_argument("--min-requests", type=int, default=8, help="at least this many requests per level")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per reply (exactly: ignore_eos)")
-    p.add_argument("--weight-format", choices=("fp32", "bf16", "int8"), default="fp32")
-    p.add_argument("--speculative", choices=("auto", "head", "ngram", "none"), default="none",
+    p.add_argument("--weight-format", choices=WEIGHT_FORMATS, default="fp32")
+    p.add_argument("--speculative", choices=SPECULATIVE, default="none",
                    help="the server's speculation (and the in-process engine's); 'none' by default so "
                         "the batching measured is plain decoding")
     p.add_argument("--max-num-seqs", type=int, default=None,

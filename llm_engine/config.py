@@ -8,6 +8,8 @@ from typing import Any
 import torch
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+# CPU weight formats of the layers' linears (llm_engine.quant): q4 is GGUF's Q4_1 (blocks of 32)
+WEIGHT_FORMATS = ("fp32", "bf16", "int8", "q4")
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class EngineConfig:
     enforce_eager: bool = False  # CUDA: skip CUDA-graph capture of decode
     cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     cpu_sdpa_decode: bool = True  # CPU decode/verify: llm_engine.cpu_attention + the fused layer; False: kernels
-    weight_format: str = "fp32"  # CPU: "fp32" | "bf16" | "int8" (int8 activations too; llm_engine.quant)
+    weight_format: str = "fp32"  # CPU: one of WEIGHT_FORMATS (int8 activations with int8 / q4; llm_engine.quant)
     linear_backend: str = "auto"  # CPU matmuls: "auto" | "onednn" | "torch" (see llm_engine.linear)
 
     def __post_init__(self) -> None:
@@ -117,8 +119,8 @@ class EngineConfig:
             raise ValueError("max_num_seqs, max_num_batched_tokens and hint_chunk_tokens must be positive")
         if self.num_blocks is not None and self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
-        if self.weight_format not in ("fp32", "bf16", "int8"):
-            raise ValueError(f"weight_format must be fp32|bf16|int8, got {self.weight_format!r}")
+        if self.weight_format not in WEIGHT_FORMATS:
+            raise ValueError(f"weight_format must be {'|'.join(WEIGHT_FORMATS)}, got {self.weight_format!r}")
         if self.linear_backend not in ("auto", "onednn", "torch"):
             raise ValueError(f"linear_backend must be auto|onednn|torch, got {self.linear_backend!r}")
 

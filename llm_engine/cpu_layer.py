@@ -22,7 +22,7 @@ import torch
 from kernels.cpu_native import library
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.linear import Linear
-from llm_engine.quant import Int8Linear
+from llm_engine.quant import Int8Linear, Q4Linear
 
 _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -37,22 +37,26 @@ class _Weights(ctypes.Structure):
                 ("hk", _I64), ("d", _I64), ("inter", _I64), ("eps", _F), ("scale", _F)]
 
 
-WTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+WTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2, torch.uint8: 3}  # uint8: q4 nibbles
 
 
 def _linear_ok(lin, dtype) -> bool:
-    """A linear the kernel takes: our Linear on the auto route, or an Int8Linear."""
+    """A linear the kernel takes: our Linear on the auto route, an Int8Linear or a Q4Linear."""
     w = lin.weight
     if w.dtype != dtype or not w.is_contiguous() or w.device.type != "cpu":
         return False
     if dtype == torch.int8:
         return isinstance(lin, Int8Linear)
+    if dtype == torch.uint8:
+        return isinstance(lin, Q4Linear)
     return isinstance(lin, Linear) and lin.backend == "auto"
 
 
 def _linear_struct(lin) -> _Linear:
     if isinstance(lin, Int8Linear):
         return _Linear(lin.weight.data_ptr(), lin.scale.data_ptr(), lin.wsum.data_ptr())
+    if isinstance(lin, Q4Linear):
+        return _Linear(lin.weight.data_ptr(), lin.dm.data_ptr(), 0)
     return _Linear(lin.weight.data_ptr(), 0, 0)
 
 

@@ -154,9 +154,9 @@ class LlamaModel(nn.Module):
 
 
 def weight_bytes(model: LlamaModel) -> int:
-    """Bytes of weights one decode step streams: every layer weight and the LM head (int8
-    formats keep theirs as buffers); the embedding only where it is the LM head (a lookup reads
-    one row); not the rope tables."""
+    """Bytes of weights one decode step streams: every layer weight and the LM head (the int8
+    and q4 formats keep theirs as buffers); the embedding only where it is the LM head (a
+    lookup reads one row); not the rope tables."""
     embed = model.embed_tokens.weight
     tables = {id(model.cos), id(model.sin)}
     seen, total = set(), 0

@@ -16,6 +16,9 @@ LLM_KINDS = ("parley", "openai", "fake")  # or "package.module:attr"
 SPECULATIVE = ("auto", "head", "ngram", "none")
 TTS_BACKENDS = ("piper", "espeak", "fake")
 STT_MODELS = ("whisper-tiny.en", "whisper-base", "fake")
+# the engine's CPU weight formats (llm_engine.config.WEIGHT_FORMATS, named here without
+# importing torch: `parley -h` stays light; a test keeps the two equal)
+WEIGHT_FORMATS = ("fp32", "bf16", "int8", "q4")
 # our detector; VAD silence alone (a baseline); or the whole LiveKit-defaults assembly
 # (pipeline/baseline.py: livekit's Silero + v1-mini + default endpointing + segment Whisper)
 TURN_DETECTION = ("parley", "vad", "livekit")
@@ -110,8 +113,8 @@ class SessionConfig:
         for name, allowed in checks:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.weight_format not in (None, "fp32", "bf16", "int8"):
-            raise ValueError(f"weight_format must be fp32, bf16 or int8, got {self.weight_format!r}")
+        if self.weight_format is not None and self.weight_format not in WEIGHT_FORMATS:
+            raise ValueError(f"weight_format must be one of {WEIGHT_FORMATS}, got {self.weight_format!r}")
         if not 0 <= self.sentence_grace_tokens <= 1024:
             raise ValueError("sentence_grace_tokens must be in [0, 1024]")
         if not 2 * self.reply_token_limit <= self.context_tokens <= 1_000_000:
@@ -174,7 +177,7 @@ class SessionConfig:
         g.add_argument("--base-url", dest="base_url", help="openai: the server's /v1 URL")
         g.add_argument("--instructions", help="the agent's system prompt")
         g.add_argument("--speculative", choices=SPECULATIVE)
-        g.add_argument("--weight-format", dest="weight_format", choices=("fp32", "bf16", "int8"))
+        g.add_argument("--weight-format", dest="weight_format", choices=WEIGHT_FORMATS)
         g.add_argument("--stt", choices=STT_MODELS)
         g.add_argument("--tts", choices=TTS_BACKENDS)
         g.add_argument("--turn-detection", dest="turn_detection", choices=TURN_DETECTION)

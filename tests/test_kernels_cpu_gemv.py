@@ -11,7 +11,17 @@ import torch
 import kernels.cpu_native as native_mod
 import llm_engine.linear as linear_mod
 from kernels._testing import X86_BUILDS, assert_close_verbose
-from kernels.cpu_gemv import cpu_gemv, cpu_gemv_available, cpu_gemv_i8, cpu_gemv_i8_ref, cpu_gemv_ref
+from kernels.cpu_gemv import (
+    cpu_gemv,
+    cpu_gemv_available,
+    cpu_gemv_i8,
+    cpu_gemv_i8_ref,
+    cpu_gemv_q4,
+    cpu_gemv_q4_ref,
+    cpu_gemv_ref,
+    dequantize_q4,
+    quantize_q4,
+)
 from kernels.cpu_native import CSRC, NativeBuildError, build, cpu_flags
 from llm_engine.linear import Linear
 
@@ -95,6 +105,68 @@ def test_gemv_i8_rejects_bad_inputs():
         cpu_gemv_i8(torch.randn(1, 8), w, scale, wsum.long())
 
 
+def _q4(n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    return quantize_q4(torch.randn(n, k, generator=g) * 0.05 + torch.randn(n, 1, generator=g) * 0.01)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 13])
+@pytest.mark.parametrize("n, k", [(1, 32), (7, 64), (64, 576), (33, 1536)])
+def test_gemv_q4_matches_ref(rows, n, k):
+    _require_kernel()
+    w, dm = _q4(n, k, rows + n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
+    x[0, :] = 0.0 if rows > 1 else x[0, :]
+    assert_close_verbose(cpu_gemv_q4(x, w, dm), cpu_gemv_q4_ref(x, w, dm), f"gemv_q4 {rows}x{k}",
+                         dtype=torch.float32)
+
+
+def test_gemv_q4_rows_and_threads_do_not_change_a_row():
+    _require_kernel()
+    w, dm = _q4(1001, 576, 0)
+    x = torch.randn(20, 576)
+    one = cpu_gemv_q4(x[:1], w, dm)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            many = cpu_gemv_q4(x, w, dm)  # 20 rows: 3 chunks of 8 against weight blocks
+            assert torch.equal(many[:1], one), threads
+            assert all(torch.equal(many[i: i + 1], cpu_gemv_q4(x[i: i + 1], w, dm)) for i in range(20))
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_q4_gives_back_a_gguf_q4_1_tensor_exactly():
+    """Weights that were Q4_1 (nibbles 0..15 with a fp16 scale and minimum per 32) quantize to
+    the same nibbles and pairs: q4 runs a GGUF's own weights, where int8 rounds them again."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randint(0, 16, (40, 18, 32), generator=g)  # 18 blocks: a group and two on their own
+    q[:, :, 0], q[:, :, 5] = 0, 15  # llama.cpp's quantizer puts each block's min and max at 0 and 15
+    d = (torch.rand(40, 18, 1, generator=g) * 0.01 + 1e-4).half()
+    m = (-torch.rand(40, 18, 1, generator=g) * 0.1).half()
+    w = (d.float() * q + m.float()).reshape(40, 576)  # what gguf's dequantize gives
+    nibbles, dm = quantize_q4(w)
+    assert torch.equal(dequantize_q4(nibbles, dm), w)
+    assert torch.equal(dm[:, 0], d[..., 0]) and torch.equal(dm[:, 1], m[..., 0])
+    assert nibbles[0, 0] == q[0, 0, 0] | (q[0, 0, 4] << 4)  # a group: words 0 and 1 of block 0
+    assert nibbles[0, 4] == q[0, 1, 0] | (q[0, 1, 4] << 4)  # ... then block 1's
+    assert nibbles[0, 256] == q[0, 16, 0] | (q[0, 16, 16] << 4)  # after the group: GGUF's block layout
+    flat = torch.zeros(2, 32)  # a constant block: scale 0, every weight its minimum
+    assert torch.equal(dequantize_q4(*quantize_q4(flat)), flat)
+
+
+def test_gemv_q4_rejects_bad_inputs():
+    w, dm = _q4(4, 64, 0)
+    for x, ww, dd, match in [(torch.randn(0, 64), w, dm, "M >= 1"), (torch.randn(1, 48), w, dm, "multiple of 32"),
+                             (torch.randn(1, 64), w.to(torch.int8), dm, "uint8"),
+                             (torch.randn(1, 64), w, dm.float(), "fp16"), (torch.randn(1, 64), w, dm[:2], "dm")]:
+        with pytest.raises(ValueError, match=match):
+            cpu_gemv_q4(x, ww, dd)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q4(torch.randn(2, 40))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_row_scores_the_same_whatever_the_row_count(dtype):
     """Speculative verify (k+1 rows) must score a token exactly as decode (1 row) does, and a
@@ -175,6 +247,26 @@ def test_linear_without_the_kernel_takes_onednn(monkeypatch):
         torch.testing.assert_close(lin(x), x @ lin.weight.t())
 
 
+def _variant(march: str, out, monkeypatch):
+    """cpu_gemv.cpp built with `march` instead of -march=native (ctypes library)."""
+    import ctypes
+
+    flags = []
+    for f in native_mod.FLAGS:
+        flags += march.split() if f == "-march=native" else [f]
+    monkeypatch.setattr(native_mod, "FLAGS", tuple(flags))
+    return ctypes.CDLL(str(build(CSRC / "cpu_gemv.cpp", out)))
+
+
+def _q4_rows(lib, w, dm, k):
+    a = native_mod
+    fn = a.bind(lib, "parley_gemv_q4", a.P, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I32)
+    for rows in (*range(1, 9), 11, 19):
+        x, y = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)), torch.empty(rows, w.shape[0])
+        fn(x.data_ptr(), w.data_ptr(), dm.data_ptr(), y.data_ptr(), rows, w.shape[0], k, 2)
+        yield rows, x, y
+
+
 @pytest.mark.parametrize("march, needs, lanes", X86_BUILDS, ids=[b[0] for b in X86_BUILDS])
 def test_other_cpu_builds_match_ref(march, needs, lanes, tmp_path, monkeypatch):
     """CPUs without AVX2 (plain C++ loops), with AVX2 but no AVX-512 (8-lane path, int8 by
@@ -188,11 +280,7 @@ def test_other_cpu_builds_match_ref(march, needs, lanes, tmp_path, monkeypatch):
     host = cpu_flags()
     if not needs <= host:
         pytest.skip(f"this CPU lacks {sorted(needs - host)} to run a {march} build")
-    flags = []
-    for f in native_mod.FLAGS:
-        flags += march.split() if f == "-march=native" else [f]
-    monkeypatch.setattr(native_mod, "FLAGS", tuple(flags))
-    lib = ctypes.CDLL(str(build(CSRC / "cpu_gemv.cpp", tmp_path)))
+    lib = _variant(march, tmp_path, monkeypatch)
     native_lanes = 16 if "avx512f" in host else 8 if {"avx2", "fma"} <= host else 1
     assert lib.parley_gemv_lanes() == (lanes or native_lanes)
     a = native_mod
@@ -208,4 +296,19 @@ def test_other_cpu_builds_match_ref(march, needs, lanes, tmp_path, monkeypatch):
         x, y = torch.randn(rows, 100), torch.empty(rows, 11)
         fn(x.data_ptr(), w.data_ptr(), scale.data_ptr(), wsum.data_ptr(), y.data_ptr(), rows, 11, 100, 2)
         assert_close_verbose(y, cpu_gemv_i8_ref(x, w, scale), f"{march} gemv_i8 rows={rows}", dtype=torch.float32)
+    w, dm = _q4(11, 576, 1)  # 18 blocks: a group of 16 interleaved, 2 in GGUF's layout
+    for rows, x, y in _q4_rows(lib, w, dm, 576):
+        assert_close_verbose(y, cpu_gemv_q4_ref(x, w, dm), f"{march} gemv_q4 rows={rows}", dtype=torch.float32)
     ctypes.CDLL(str(build(CSRC / "cpu_decode_ops.cpp", tmp_path)))  # the decode ops build there too
+
+
+def test_q4_builds_without_vnni_give_the_same_bits(tmp_path, monkeypatch):
+    """Plain loops and vpmaddubsw sum a q4 row in one order (VNNI pairs blocks: another)."""
+    import platform
+
+    if platform.machine() != "x86_64" or not {"avx2", "fma"} <= cpu_flags():
+        pytest.skip("needs an x86-64 CPU with AVX2 to run both builds")
+    w, dm = _q4(13, 1088, 2)  # 34 blocks: two groups and two on their own
+    plain, avx2 = (list(_q4_rows(_variant(m, tmp_path / m[7:], monkeypatch), w, dm, 1088))
+                   for m in ("-march=x86-64-v2", "-march=x86-64-v3"))
+    assert all(torch.equal(p[2], q[2]) for p, q in zip(plain, avx2))

@@ -25,7 +25,7 @@ def chats() -> list[list[dict[str, str]]]:
     return [[{"role": "system", "content": spec["system"]}, *c["messages"]] for c in spec["chats"]]
 
 
-@pytest.mark.parametrize("weight_format", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("weight_format", ["fp32", "bf16", "int8", "q4"])
 def test_greedy_after_prefill_ahead_equals_cold_on_the_real_model(weight_format):
     torch.set_num_threads(1)
     warm = LLMEngine.from_pretrained(weight_format=weight_format)

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import llm_engine.linear as linear_mod
-from kernels.cpu_gemv import cpu_gemv_i8_ref
+from kernels.cpu_gemv import cpu_gemv_i8_ref, cpu_gemv_q4_ref
 from llm_engine.linear import Linear, onednn_available, set_linear_backend
-from llm_engine.quant import Int8Linear, bf16_linear
+from llm_engine.quant import Int8Linear, Q4Linear, bf16_linear
 
 
 def _linear(n_in=576, n_out=100, bias=True, seed=0) -> Linear:
@@ -114,3 +114,66 @@ def test_int8_engine_exposes_a_real_valued_lm_head_to_drafters(tmp_path):
     assert int8.dtype == torch.float32 and int8.shape == fp32.shape
     step = fp32.abs().amax(dim=1, keepdim=True) / 127
     assert ((int8 - fp32).abs() <= step / 2 + 1e-6).all()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("rows", [1, 3, 8, 12])
+@pytest.mark.parametrize("k", [576, 64])
+def test_q4_linear_matches_its_reference_and_stays_close_to_fp32(rows, k):
+    torch.manual_seed(rows + k)
+    lin = nn.Linear(k, 50, bias=True)
+    q = Q4Linear(lin)
+    assert q.weight.dtype == torch.uint8 and q.weight.shape == (50, k // 2) and q.dm.shape == (50, 2, k // 32)
+    x = torch.randn(rows, k)
+    with torch.inference_mode():
+        got, exact = q(x), lin(x)
+    ref = cpu_gemv_q4_ref(x, q.weight, q.dm) + lin.bias
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
+    # 4-bit weights (a 16th of each block's range per step) and 8-bit activations
+    assert (got - exact).abs().max() < 0.15 * exact.abs().max()
+    step = q.dm[:, 0].float().repeat_interleave(32, dim=1)
+    assert ((q.dequantized() - lin.weight).abs() <= step / 2 + 1e-4).all()
+
+
+@pytest.mark.unit
+def test_q4_needs_rows_of_whole_blocks(tmp_path):
+    from llm_engine import LLMEngine
+    from tests.llm_helpers import make_tiny_llama
+
+    with pytest.raises(ValueError, match="divisible by 32"):
+        Q4Linear(nn.Linear(60, 8))
+    make_tiny_llama(tmp_path, hidden_size=60, num_attention_heads=5, num_key_value_heads=1, intermediate_size=100)
+    with pytest.raises(ValueError, match="divisible by 32"):
+        LLMEngine.from_pretrained(str(tmp_path), weight_format="q4")
+
+
+@pytest.mark.unit
+def test_q4_engine_keeps_an_int8_lm_head_and_answers_like_its_reference(tmp_path, monkeypatch):
+    """Layers in q4, the LM head int8; greedy tokens through the kernels equal those of the
+    same quantized model on the float64 reference path (no kernel)."""
+    import llm_engine.quant as quant_mod
+    from llm_engine import LLMEngine, SamplingParams
+    from tests.llm_helpers import make_tiny_llama
+
+    make_tiny_llama(tmp_path)
+    engine = LLMEngine.from_pretrained(str(tmp_path), weight_format="q4")
+    assert isinstance(engine.model.layers[0].qkv_proj, Q4Linear) and isinstance(engine.model.lm_head, Int8Linear)
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    fast = engine.generate([list(range(5, 30))], params)[0].token_ids
+    engine.model.cpu_fused_layers = False
+    monkeypatch.setattr(quant_mod, "cpu_gemv_available", lambda: False)
+    assert engine.generate([list(range(5, 30))], params)[0].token_ids == fast
+
+
+@pytest.mark.unit
+def test_the_cli_and_session_offer_exactly_the_engines_weight_formats():
+    """pipeline.config names them without importing torch; the engine's list is the truth."""
+    import pipeline.config as session_config
+    from llm_engine.config import WEIGHT_FORMATS, EngineConfig
+
+    assert session_config.WEIGHT_FORMATS == WEIGHT_FORMATS
+    assert session_config.SessionConfig(weight_format="q4").weight_format == "q4"
+    with pytest.raises(ValueError, match="weight_format"):
+        EngineConfig(weight_format="q8")
+    with pytest.raises(ValueError, match="weight_format"):
+        session_config.SessionConfig(weight_format="q8")

@@ -35,9 +35,9 @@ void silu_mul_row(const float* g, float* act, int64_t I) {
 
 extern "C" {
 
-struct ParleyLinear {  // row-major [out, in]: fp32, bf16 bits, or int8 with scale/wsum [out]
-    const void* w;
-    const float* scale;
+struct ParleyLinear {  // row-major [out, in]: fp32, bf16 bits, int8 with scale/wsum [out],
+    const void* w;      // or q4 nibbles [out, in / 2] with scale = fp16 (d, m) [out, in / 32, 2]
+    const void* scale;
     const int32_t* wsum;
 };
 
@@ -46,7 +46,7 @@ struct ParleyLayerWeights {  // one layer
     const float* b_qkv;       // [(hq + 2 hk) d] or null
     const float* input_norm;  // [H]
     const float* post_norm;   // [H]
-    int64_t wtype;            // 0: fp32, 1: bf16, 2: int8 (all four linears alike)
+    int64_t wtype;            // 0: fp32, 1: bf16, 2: int8, 3: q4 (all four linears alike)
     int64_t hidden, hq, hk, d, inter;
     float eps, scale;
 };
@@ -65,8 +65,12 @@ struct ParleyStep {  // this step's attention metadata (see llm_engine.attention
 
 static void layer_gemv(const ParleyLayerWeights* L, const float* x, const ParleyLinear& lin, float* y, int64_t M,
                        int64_t N, int64_t K, int threads) {
-    if (L->wtype == 2)
-        parley_gemv_i8(x, static_cast<const int8_t*>(lin.w), lin.scale, lin.wsum, y, M, N, K, threads);
+    if (L->wtype == 3)
+        parley_gemv_q4(x, static_cast<const uint8_t*>(lin.w), static_cast<const uint16_t*>(lin.scale), y, M, N, K,
+                       threads);
+    else if (L->wtype == 2)
+        parley_gemv_i8(x, static_cast<const int8_t*>(lin.w), static_cast<const float*>(lin.scale), lin.wsum, y, M,
+                       N, K, threads);
     else if (L->wtype == 1)
         parley_gemv_bf16(x, static_cast<const uint16_t*>(lin.w), y, M, N, K, threads);
     else

@@ -489,6 +489,245 @@ void i8_dispatch(int M, const int8_t* q, const int8_t* w, const int32_t* wsum, c
     const_dispatch_1_to_8(M, [&](auto m) { i8_rows<decltype(m)::value>(q, w, wsum, xs, ws, y, N, K, n0, n1); });
 }
 
+// ---- 4-bit weights (GGUF's Q4_1) x int8 activations ---------------------------------------
+// A weight = d * nibble + m, with an fp16 scale d and minimum m per block of 32 along k.
+// dm: fp16 [N, 2, K / 32], each row's block scales, then its minimums. w: uint8 [N, K / 2],
+// per row first G = (K / 32) / 16 groups of 16 blocks, 256 bytes each, interleaved so that one
+// vector holds a 4-element word of every block of the group: word (r, j) (r = 0..7, j = 0..15)
+// is elements 4r..4r+3 of block j; 64-byte chunk c holds words (2c, *) in its low nibbles and
+// (2c + 1, *) in its high ones. A lane then sums one block's products over the 8 words in
+// integers (no reduction per block), and one multiply by 16 (8) scales serves 16 (8) blocks.
+// The last K / 32 % 16 blocks follow in GGUF's own layout (16 bytes a block, byte j: element j
+// low, j + 16 high). kernels/cpu_gemv.py quantize_q4 writes both.
+// x rows are quantized as for int8 (q, xs), with each group's words moved to the weights'
+// order (q4_interleave); sx [M, pad] = each block's sum of q (fp32, zero-padded to whole 8s).
+// y[m, n] = xs[m] * (sum_b d_b * sum_i nibble_i q_i + sum_b m_b * sx[m, b]). The nibble is the
+// unsigned operand of the byte products (vpdpbusd with AVX512-VNNI; without, vpmaddubsw, whose
+// int16 pair sums 2 x 15 x 127 stay exact summed over the 8 words: 8 x 3810 < 2^15), so block
+// sums are exact int32 and no sign trick or offset is needed. The float sums run in 8 lanes
+// (scales: blocks j, j + 8 of each group, then each tail block's lane j; minimums: blocks j,
+// j + 8, ...), added lane by lane before one reduction: a row's bits never depend on M or the
+// threads, and the builds without VNNI (AVX2, plain loops) agree to the bit; VNNI's 16 lanes
+// are folded to 8 at the end (another order).
+inline float half_to_f32(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    uint32_t bits;
+    if (exp == 0x1Fu) {
+        bits = sign | 0x7F800000u | (man << 13);  // inf / NaN
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {  // subnormal: normalize
+        int e = -1;
+        uint32_t m = man;
+        do {
+            ++e;
+            m <<= 1;
+        } while (!(m & 0x400u));
+        bits = sign | ((112u - e) << 23) | ((m & 0x3FFu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+constexpr int Q4_BLOCK = 32;
+constexpr int Q4_GROUP = 16;  // blocks interleaved in a group
+inline int64_t q4_pad(int64_t nb) { return (nb + 7) / 8 * 8; }
+
+// one weight row's d and m as fp32 into d[0, pad) and mn[0, pad), zero-padded (the padding
+// adds fma(0, 0, s) = s to the minimum term)
+inline void q4_scales(const uint16_t* dmr, int64_t nb, float* d, float* mn) {
+    int64_t b = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+    for (; b + 8 <= nb; b += 8) {
+        _mm256_storeu_ps(d + b, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dmr + b))));
+        _mm256_storeu_ps(mn + b, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dmr + nb + b))));
+    }
+#endif
+    for (; b < nb; ++b) d[b] = half_to_f32(dmr[b]), mn[b] = half_to_f32(dmr[nb + b]);
+    for (; b < q4_pad(nb); ++b) d[b] = 0.f, mn[b] = 0.f;
+}
+
+// x rows q [M, K] -> qr: each group's words in the weights' order, the tail blocks as they are
+void q4_interleave(const int8_t* q, int8_t* qr, int64_t M, int64_t K) {
+    const int64_t G = K / Q4_BLOCK / Q4_GROUP, span = int64_t(Q4_GROUP) * Q4_BLOCK;
+    memcpy(qr, q, M * K);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t g = 0; g < G; ++g)
+            for (int r = 0; r < 8; ++r)
+                for (int j = 0; j < Q4_GROUP; ++j)
+                    memcpy(qr + m * K + g * span + (r * Q4_GROUP + j) * 4, q + m * K + g * span + j * Q4_BLOCK + 4 * r, 4);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+inline float hsum_ps(__m256 a) {  // ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+template <int M>
+void q4_groups(const int8_t* qr, const uint8_t* wr, const float* d, int64_t K, __m256* acc) {
+    const int64_t G = K / Q4_BLOCK / Q4_GROUP, span = int64_t(Q4_GROUP) * Q4_BLOCK;
+#if defined(__AVX512VNNI__)
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512 acc16[M];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) acc16[m] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; ++g) {
+        const uint8_t* pg = wr + 256 * g;
+        __m512i nib[8];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+            _mm_prefetch(reinterpret_cast<const char*>(pg + 24 * (K / 2) + 64 * c), _MM_HINT_T0);
+            const __m512i v = _mm512_loadu_si512(reinterpret_cast<const void*>(pg + 64 * c));
+            nib[2 * c] = _mm512_and_si512(v, low);
+            nib[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+        const __m512 dv = _mm512_loadu_ps(d + Q4_GROUP * g);
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) {
+            const int8_t* xr = qr + m * K + g * span;
+            __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), nib[0], _mm512_loadu_si512(xr));
+#pragma GCC unroll 7
+            for (int r = 1; r < 8; ++r) s = _mm512_dpbusd_epi32(s, nib[r], _mm512_loadu_si512(xr + 64 * r));
+            acc16[m] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(s), acc16[m]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m)
+        acc[m] = _mm256_add_ps(_mm512_castps512_ps256(acc16[m]),
+                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc16[m]), 1)));
+#else
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < G; ++g) {
+        const uint8_t* pg = wr + 256 * g;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) _mm_prefetch(reinterpret_cast<const char*>(pg + 24 * (K / 2) + 64 * c), _MM_HINT_T0);
+        for (int h = 0; h < 2; ++h) {  // blocks 8h..8h+7 of the group: bytes 32h..32h+31 of each chunk
+            __m256i nib[8];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pg + 64 * c + 32 * h));
+                nib[2 * c] = _mm256_and_si256(v, low);
+                nib[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            }
+            const __m256 dv = _mm256_loadu_ps(d + Q4_GROUP * g + 8 * h);
+#pragma GCC unroll 8
+            for (int m = 0; m < M; ++m) {
+                const int8_t* xr = qr + m * K + g * span + 32 * h;
+                __m256i s = _mm256_maddubs_epi16(nib[0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr)));
+#pragma GCC unroll 7
+                for (int r = 1; r < 8; ++r)
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(
+                                                nib[r], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 64 * r))));
+                acc[m] = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), acc[m]);
+            }
+        }
+    }
+#endif
+}
+
+// 8 int32 lanes, each a sum of 4 nibble x q products of one (GGUF-layout) block
+inline __m256i q4_dot(__m256i nibbles, __m256i xq) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles, xq);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, xq), _mm256_set1_epi16(1));
+#endif
+}
+
+template <int M>
+void q4_rows(const int8_t* q, const float* sx, const float* xs, const uint8_t* w, const uint16_t* dm, float* y,
+             int64_t N, int64_t K, int64_t n0, int64_t n1) {
+    const int64_t nb = K / Q4_BLOCK, np = q4_pad(nb), tail0 = nb / Q4_GROUP * Q4_GROUP;
+    float* d = new float[2 * np];
+    float* mn = d + np;
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* wr = w + n * (K / 2);
+        q4_scales(dm + n * 2 * nb, nb, d, mn);
+        __m256 acc[M];
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+        q4_groups<M>(q, wr, d, K, acc);
+        for (int64_t b = tail0; b < nb; ++b) {
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 16 * b));
+            const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low), _mm_and_si128(v, low));
+            const __m256 db = _mm256_broadcast_ss(d + b);
+#pragma GCC unroll 8
+            for (int m = 0; m < M; ++m) {
+                const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + m * K + Q4_BLOCK * b));
+                acc[m] = _mm256_fmadd_ps(db, _mm256_cvtepi32_ps(q4_dot(nib, xq)), acc[m]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) {
+            __m256 mins = _mm256_setzero_ps();
+            for (int64_t c = 0; c < np; c += 8)
+                mins = _mm256_fmadd_ps(_mm256_loadu_ps(mn + c), _mm256_loadu_ps(sx + m * np + c), mins);
+            y[m * N + n] = xs[m] * hsum_ps(_mm256_add_ps(acc[m], mins));
+        }
+    }
+    delete[] d;
+}
+#else
+// portable: the AVX2 path's sums, lane by lane
+template <int M>
+void q4_rows(const int8_t* q, const float* sx, const float* xs, const uint8_t* w, const uint16_t* dm, float* y,
+             int64_t N, int64_t K, int64_t n0, int64_t n1) {
+    const int64_t nb = K / Q4_BLOCK, np = q4_pad(nb), G = nb / Q4_GROUP, span = int64_t(Q4_GROUP) * Q4_BLOCK;
+    float* d = new float[2 * np];
+    float* mn = d + np;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t* wr = w + n * (K / 2);
+        q4_scales(dm + n * 2 * nb, nb, d, mn);
+        for (int m = 0; m < M; ++m) {
+            const int8_t* xm = q + m * K;
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, mins[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t g = 0; g < G; ++g)
+                for (int h = 0; h < 2; ++h)
+                    for (int lane = 0; lane < 8; ++lane) {
+                        const int j = 8 * h + lane;
+                        int32_t s = 0;
+                        for (int r = 0; r < 8; ++r)
+                            for (int t = 0; t < 4; ++t) {
+                                const uint8_t byte = wr[256 * g + 64 * (r / 2) + 4 * j + t];
+                                s += (r % 2 ? byte >> 4 : byte & 0x0F) * xm[g * span + (r * Q4_GROUP + j) * 4 + t];
+                            }
+                        acc[lane] = fmaf(d[Q4_GROUP * g + j], static_cast<float>(s), acc[lane]);
+                    }
+            for (int64_t b = G * Q4_GROUP; b < nb; ++b)
+                for (int lane = 0; lane < 8; ++lane) {
+                    int32_t s = 0;
+                    for (int i = 4 * lane; i < 4 * lane + 4; ++i) {
+                        const int nibble = i < 16 ? wr[16 * b + i] & 0x0F : wr[16 * b + i - 16] >> 4;
+                        s += nibble * xm[Q4_BLOCK * b + i];
+                    }
+                    acc[lane] = fmaf(d[b], static_cast<float>(s), acc[lane]);
+                }
+            for (int64_t c = 0; c < np; c += 8)
+                for (int lane = 0; lane < 8; ++lane) mins[lane] = fmaf(mn[c + lane], sx[m * np + c + lane], mins[lane]);
+            float t[8];
+            for (int lane = 0; lane < 8; ++lane) t[lane] = acc[lane] + mins[lane];
+            y[m * N + n] = xs[m] * (((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7])));
+        }
+    }
+    delete[] d;
+}
+#endif
+
+void q4_dispatch(int M, const int8_t* q, const float* sx, const float* xs, const uint8_t* w, const uint16_t* dm,
+                 float* y, int64_t N, int64_t K, int64_t n0, int64_t n1) {
+    const_dispatch_1_to_8(M, [&](auto m) { q4_rows<decltype(m)::value>(q, sx, xs, w, dm, y, N, K, n0, n1); });
+}
+
 }  // namespace
 
 extern "C" {
@@ -510,5 +749,32 @@ void parley_gemv_i8(const float* x, const int8_t* w, const float* ws, const int3
     });
     delete[] q;
     delete[] xs;
+}
+
+// x [M, K] fp32 (M >= 1, K a multiple of 32), w uint8 [N, K / 2] (nibbles, see above), dm fp16
+// bits [N, 2, K / 32] (scales, then minimums), y [M, N] fp32.
+void parley_gemv_q4(const float* x, const uint8_t* w, const uint16_t* dm, float* y, int64_t M, int64_t N,
+                    int64_t K, int threads) {
+    const int64_t nb = K / Q4_BLOCK, np = q4_pad(nb);
+    int8_t* q = new int8_t[2 * M * K];
+    int8_t* qr = q + M * K;
+    float* xs = new float[M];
+    float* sx = new float[M * np];
+    quantize_rows(x, q, xs, M, K);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < np; ++b) {
+            int32_t s = 0;
+            for (int j = 0; b < nb && j < Q4_BLOCK; ++j) s += q[m * K + b * Q4_BLOCK + j];
+            sx[m * np + b] = static_cast<float>(s);
+        }
+    q4_interleave(q, qr, M, K);
+    parallel_rows(N, threads, [&](int64_t n0, int64_t n1) {
+        row_chunks(M, K, 1, n0, n1, [&](int64_t m0, int64_t m, int64_t b0, int64_t b1) {
+            q4_dispatch(static_cast<int>(m), qr + m0 * K, sx + m0 * np, xs + m0, w, dm, y + m0 * N, N, K, b0, b1);
+        });
+    });
+    delete[] q;
+    delete[] xs;
+    delete[] sx;
 }
 }

@@ -7,10 +7,10 @@ import logging
 import sys
 from pathlib import Path
 
-SPECULATIVE = ("auto", "head", "ngram", "none")
-
 
 def register(sub) -> None:
+    from pipeline.config import SPECULATIVE, WEIGHT_FORMATS
+
     p = sub.add_parser("serve", help="the LLM engine as an OpenAI-compatible HTTP server",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default=None, help="a Hugging Face dir or .gguf file (default: the embedded SmolLM2)")
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--api-key", default=None, help="clients must send 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--speculative", choices=SPECULATIVE, default="auto",
                    help="speculative decoding method ('none' turns it off)")
-    p.add_argument("--weight-format", choices=("fp32", "bf16", "int8"), default="fp32",
+    p.add_argument("--weight-format", choices=WEIGHT_FORMATS, default="fp32",
                    help="CPU weight format")
     p.add_argument("--served-model-name", default=None,
                    help="the model id clients name (default: the embedded model's key or the file's stem)")
