@@ -246,36 +246,58 @@ async def test_async_iteration_takes_queued_frames_without_a_thread_hop(monkeypa
     assert [f async for f in slow] and hops >= 1  # nothing queued yet: the wait runs in a thread
 
 
-def _silence_inside_reply(arrivals: list[float], frame_s: float = 0.02) -> float:
-    """Seconds of silence a real-time player leaves between the reply's first and last frame:
-    each frame plays at its arrival or when the one before it has played, whichever is later."""
-    gap, end = 0.0, arrivals[0]
-    for t in arrivals:
-        gap += max(0.0, t - end)
-        end = max(end, t) + frame_s
-    return gap
+class _GatedSynthesizer(FakeSynthesizer):
+    """Synthesizes a chunk only when the test lets it (one release per chunk)."""
+
+    def __init__(self) -> None:
+        super().__init__(first_audio_delay_s=0.0, rtf=0.0, tone_hz=None)
+        self.gate = threading.Semaphore(0)
+
+    def _synthesize_impl(self, text: str) -> np.ndarray:
+        if not self.gate.acquire(timeout=10):
+            raise TimeoutError("the test never released this chunk")
+        return super()._synthesize_impl(text)
 
 
 def _slow_llm_reply(keep_up_s: float) -> tuple[float, list[str]]:
-    """A reply whose first sentence is long, its words coming at ~12 words/s (the embedded LLM
-    on this CPU): with chunks only at sentence ends, the 2-word first chunk plays out long
-    before the rest of the sentence is there."""
-    synth = FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.05, tone_hz=None)
-    stream = SpeechStream(synth, StreamConfig(keep_up_s=keep_up_s))
+    """A reply whose first sentence is long, its words coming every 80 ms (~12 words/s, the
+    embedded LLM on this CPU), on a simulated clock: each word is pushed, the chunks it
+    completed are synthesized at that instant, then the clock moves on, so the chunking and
+    the silence do not depend on how the threads are scheduled. -> (seconds of silence a
+    real-time player leaves after the first chunk, the chunks' texts)."""
+    now = [0.0]
+    synth = _GatedSynthesizer()
+    stream = SpeechStream(synth, StreamConfig(keep_up_s=keep_up_s), clock=lambda: now[0])
     reply = ("I'm glad you're excited about the upcoming event and the many things to do there, "
              "with friends from work. Have fun!")
+
+    synth_released = [0]
+
+    def synthesize_queued() -> None:
+        for _ in range(len(stream.metrics.chunks) - synth_released[0]):
+            synth.gate.release()
+        synth_released[0] = len(stream.metrics.chunks)
+        deadline = time.monotonic() + 10
+        while any(c.first_frame_s is None for c in stream.metrics.chunks) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def produce():
         for w in reply.split():
             stream.push_text(w + " ")
-            time.sleep(0.08)
+            synthesize_queued()
+            now[0] += 0.08
         stream.end_input()
+        synthesize_queued()
 
     threading.Thread(target=produce, daemon=True).start()
-    arrivals = []
     while stream.read(timeout=10) is not None:
-        arrivals.append(time.perf_counter())
-    return _silence_inside_reply(arrivals), [c.text for c in stream.metrics.chunks]
+        pass
+    gap, end = 0.0, None
+    for c in stream.metrics.chunks:  # each chunk plays from its first frame or the last one's end
+        start = c.first_frame_s if end is None else max(end, c.first_frame_s)
+        gap += 0.0 if end is None else start - end
+        end = start + c.audio_s
+    return gap, [c.text for c in stream.metrics.chunks]
 
 
 @pytest.mark.unit

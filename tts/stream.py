@@ -16,7 +16,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,8 +116,12 @@ class StreamMetrics:
 class SpeechStream:
     """push_text()/end_input() from the producer; iterate (or read()) frames in the consumer."""
 
-    def __init__(self, synthesizer: Synthesizer, config: StreamConfig) -> None:
+    def __init__(self, synthesizer: Synthesizer, config: StreamConfig,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """`clock`: the seconds the keep-up logic and the chunk timings read (a test's simulated
+        clock makes them independent of how the threads are scheduled)."""
         self.synthesizer, self.config = synthesizer, config
+        self._clock = clock
         self.metrics = StreamMetrics()
         self._chunker = TextChunker(config.chunker)
         self._text_q: queue.SimpleQueue = queue.SimpleQueue()  # chunks: text, small
@@ -129,7 +133,7 @@ class SpeechStream:
         self._error: BaseException | None = None
         self._t0: float | None = None
         self._frames_made = 0  # worker side: frames queued so far (stream time of the next one)
-        # keep-up: when the audio made so far ends playing (perf_counter; the reader takes frames
+        # keep-up: when the audio made so far ends playing (the clock; the reader takes frames
         # as they come and plays them in real time), and how many chunks were synthesized
         self._play_end = 0.0
         self._synthesized = 0
@@ -149,7 +153,7 @@ class SpeechStream:
         if self._input_ended:
             raise RuntimeError("push_text after end_input")
         if self._t0 is None and delta:
-            self._t0 = time.perf_counter()
+            self._t0 = self._clock()
         for chunk in self._chunker.push(delta):
             self._enqueue(chunk)
         if self.config.keep_up_s > 0 and self.audio_ahead_s() < self.config.keep_up_s:
@@ -160,7 +164,7 @@ class SpeechStream:
         """Seconds of speech the listener has left: the audio made and not yet played, plus the
         chunks waiting for synthesis (guessed from their words)."""
         pending = self.metrics.chunks[self._synthesized:]
-        return max(0.0, self._play_end - time.perf_counter()) + sum(c.estimate_s for c in pending)
+        return max(0.0, self._play_end - self._clock()) + sum(c.estimate_s for c in pending)
 
     def end_input(self) -> None:
         if self._input_ended:
@@ -293,7 +297,7 @@ class SpeechStream:
         result = self.synthesizer.synthesize(text, normalize=False)
         audio = trim_leading_silence(result.audio, result.sample_rate, self.config.lead_ms, self.config.lead_floor_db)
         timing.synth_s, timing.audio_s = result.metrics.seconds, len(audio) / result.sample_rate
-        self._play_end = max(self._play_end, time.perf_counter()) + timing.audio_s
+        self._play_end = max(self._play_end, self._clock()) + timing.audio_s
         self._synthesized += 1
         if self._cancelled.is_set() or not len(audio):
             return
@@ -345,7 +349,7 @@ class SpeechStream:
                 return
 
     def _since_t0(self) -> float:
-        return time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+        return self._clock() - self._t0 if self._t0 is not None else 0.0
 
 
 def trim_leading_silence(audio: np.ndarray, rate: int, keep_ms: float | None, floor_db: float) -> np.ndarray:

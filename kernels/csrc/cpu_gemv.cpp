@@ -575,7 +575,7 @@ inline float hsum_ps(__m256 a) {  // ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))
 template <int M>
 void q4_groups(const int8_t* qr, const uint8_t* wr, const float* d, int64_t K, __m256* acc) {
     const int64_t G = K / Q4_BLOCK / Q4_GROUP, span = int64_t(Q4_GROUP) * Q4_BLOCK;
-#if defined(__AVX512VNNI__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc16[M];
 #pragma GCC unroll 8
