@@ -14,7 +14,7 @@ import kernels
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.config import ModelConfig
 from llm_engine.cpu_attention import cpu_attention
-from llm_engine.cpu_layer import FusedLayer, fused_kernel_available, step_struct
+from llm_engine.cpu_layer import FusedLayer, FusedStack, fused_kernel_available, step_struct
 from llm_engine.linear import Linear
 from llm_engine.rope import rope_tables
 
@@ -82,6 +82,7 @@ class LlamaModel(nn.Module):
         for layer in self.layers:
             layer.sdpa_decode = sdpa_decode
         self.cpu_fused_layers = True  # False: the per-op path on CPU decode steps too (tests)
+        self.fused_stack = FusedStack()  # every layer in one C++ call when every layer is covered
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -104,8 +105,12 @@ class LlamaModel(nn.Module):
         h = self.embed_tokens(input_ids)
         residual = None
         step, _keep = self._fused_step(input_ids, meta, kv_caches)
-        for layer, kv in zip(self.layers, kv_caches):
-            h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend, step)
+        out = self.fused_stack.forward(self.layers, h, step, kv_caches)
+        if out is not None:
+            h, residual = out
+        else:
+            for layer, kv in zip(self.layers, kv_caches):
+                h, residual = layer(h, residual, meta, kv, self.cos, self.sin, self.backend, step)
         h, prenorm = kernels.rms_norm(h, self.norm, self.cfg.rms_norm_eps, residual, backend=self.backend)
         return (h, prenorm) if return_prenorm else h
 

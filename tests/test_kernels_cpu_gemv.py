@@ -21,6 +21,7 @@ from kernels.cpu_gemv import (
     cpu_gemv_ref,
     dequantize_q4,
     quantize_q4,
+    quantize_rows_ref,
 )
 from kernels.cpu_native import CSRC, NativeBuildError, build, cpu_flags
 from llm_engine.linear import Linear
@@ -312,3 +313,43 @@ def test_q4_builds_without_vnni_give_the_same_bits(tmp_path, monkeypatch):
     plain, avx2 = (list(_q4_rows(_variant(m, tmp_path / m[7:], monkeypatch), w, dm, 1088))
                    for m in ("-march=x86-64-v2", "-march=x86-64-v3"))
     assert all(torch.equal(p[2], q[2]) for p, q in zip(plain, avx2))
+
+
+def _quantization_probe(k: int, rows: int = 5) -> torch.Tensor:
+    """Rows whose quantization has half-way ties (a row with max 127 has scale 1: 2.5 -> 2,
+    -3.5 -> -4), a zero row, the maximum in the vector part or in the scalar tail, and values
+    around it."""
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(rows, k, generator=g) * 3
+    x[1] = torch.tensor([2.5, -3.5, 0.5, -0.5, 1.5] * (k // 5 + 1))[:k]
+    x[1, k // 2] = 127.0
+    x[2] = 0.0
+    x[3, -1] = 40.0  # the tail holds the row's largest magnitude
+    return x
+
+
+@pytest.mark.parametrize("march", ["native", *(b[0] for b in X86_BUILDS[:2])])
+def test_activation_quantization_is_the_reference_bit_for_bit(march, tmp_path, monkeypatch):
+    """y = x quantized, through an identity int8 weight with scale 1: exactly q * xs of
+    quantize_rows_ref in every build (vector lanes and scalar tail alike)."""
+    import platform
+
+    a = native_mod
+    if march == "native":
+        _require_kernel()
+        lib = a.library("cpu_gemv")
+    else:
+        needs = {"-march=x86-64-v3": {"avx2", "fma"}}.get(march, set())
+        if platform.machine() != "x86_64" or not needs <= cpu_flags():
+            pytest.skip(f"needs an x86-64 CPU with {sorted(needs)} for a {march} build")
+        lib = _variant(march, tmp_path, monkeypatch)
+    fn = a.bind(lib, "parley_gemv_i8", a.P, a.P, a.P, a.P, a.P, a.I64, a.I64, a.I64, a.I32)
+    for k in (37, 100, 576):
+        w = torch.eye(k, dtype=torch.int8)
+        scale, wsum = torch.ones(k), torch.ones(k, dtype=torch.int32)
+        x = _quantization_probe(k)
+        y = torch.empty(x.shape[0], k)
+        fn(x.data_ptr(), w.data_ptr(), scale.data_ptr(), wsum.data_ptr(), y.data_ptr(), x.shape[0], k, k, 1)
+        q, xs = quantize_rows_ref(x)
+        assert torch.equal(y, q * xs), (march, k)
+        assert torch.equal(y[1, :4], torch.tensor([2.0, -4.0, 0.0, -0.0])), march  # ties to even

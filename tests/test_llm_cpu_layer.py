@@ -56,10 +56,11 @@ def test_fused_matches_per_op_on_decode_and_verify(tmp_path, monkeypatch, name, 
     seqs = {"a": list(range(3, 40)), "b": list(range(50, 53))}
     feeds = {"a": [7, 8, 9, 10, 11], "b": [12]}  # a 5-token verify and a decode, one step
     f_per_op, l_per_op = _hidden(engine, seqs, feeds, fused=False)
-    calls, real = [], cpu_layer._kernel()
-    monkeypatch.setattr(cpu_layer, "_kernel", lambda: lambda *a: calls.append(1) or real(*a))
+    calls, real = [], cpu_layer._stack_kernel()
+    monkeypatch.setattr(cpu_layer, "_stack_kernel", lambda: lambda *a: calls.append(a[1]) or real(*a))
     f_fused, l_fused = _hidden(engine, seqs, feeds, fused=True)
-    assert len(calls) == 3 * engine.model.cfg.num_layers  # both prompts' prefills and the step
+    # one call per pass (both prompts' prefills and the step), each over every layer
+    assert calls == [engine.model.cfg.num_layers] * 3
     torch.testing.assert_close(f_fused, f_per_op, rtol=1e-5, atol=1e-5)  # silu's expf: an ulp apart
     torch.testing.assert_close(l_fused, l_per_op, rtol=1e-4, atol=1e-4)
 
@@ -124,3 +125,39 @@ def test_greedy_after_prefill_ahead_equals_cold(tmp_path, weight_format):
         assert out.token_ids == ref.token_ids, (weight_format, n)
         again = warm.chat([final], params)[0]  # the whole prompt cached bar its last block
         assert again.token_ids == ref.token_ids, (weight_format, n)
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "int8"])
+def test_the_stack_call_is_the_layer_by_layer_calls_bit_for_bit(tmp_path, monkeypatch, weight_format):
+    """Every layer in one C++ call (FusedStack) against one call per layer (FusedLayer), on a
+    3-layer model (an odd count: the last layer's output lands in the caller's buffers)."""
+    make_tiny_llama(tmp_path, num_hidden_layers=3)
+    engine = _engine(tmp_path, weight_format=weight_format)
+    seqs = {"a": list(range(3, 40)), "b": list(range(50, 53))}
+    feeds = {"a": [7, 8, 9, 10, 11], "b": [12]}
+    stacked = _hidden(engine, seqs, feeds, fused=True)
+    monkeypatch.setattr(cpu_layer.FusedStack, "forward", lambda *a: None)
+    calls, real = [], cpu_layer._kernel()
+    monkeypatch.setattr(cpu_layer, "_kernel", lambda: lambda *a: calls.append(1) or real(*a))
+    layered = _hidden(engine, seqs, feeds, fused=True)
+    assert len(calls) == 3 * 3  # the layer-by-layer path did run
+    assert torch.equal(stacked[0], layered[0]) and torch.equal(stacked[1], layered[1])
+
+
+def test_the_stack_follows_a_weight_replaced_after_its_first_call(tmp_path):
+    """The stack keeps the layers' weight pointers between steps; a linear whose weight is
+    replaced (new storage), or a linear module swapped for another, must be seen on the next
+    call, as the per-op path sees it."""
+    make_tiny_llama(tmp_path)
+    engine = _engine(tmp_path)
+    seqs, feeds = {"a": list(range(3, 20))}, {"a": [7, 8]}
+    before = _hidden(engine, seqs, feeds, fused=True)  # the stack has built its structs
+    layer = engine.model.layers[1]
+    layer.o_proj.weight = torch.nn.Parameter(layer.o_proj.weight.detach() * 1.5, requires_grad=False)
+    new_down = torch.nn.Linear(layer.down_proj.in_features, layer.down_proj.out_features, bias=False)
+    new_down.weight.data.copy_(layer.down_proj.weight.detach() * -0.5)
+    layer.down_proj = type(layer.down_proj).converted(new_down, torch.float32)
+    fused = _hidden(engine, seqs, feeds, fused=True)
+    per_op = _hidden(engine, seqs, feeds, fused=False)
+    assert not torch.allclose(per_op[0], before[0], rtol=1e-3, atol=1e-3)  # the change matters
+    torch.testing.assert_close(fused[0], per_op[0], rtol=1e-5, atol=1e-5)

@@ -111,4 +111,26 @@ void parley_decode_layer(const ParleyLayerWeights* L, const ParleyStep* S, float
     layer_gemv(L, act, L->down, h_out, T, H, I, threads);
     free(buf);
 }
+
+// Every layer of a step in one call: layer i reads layer i - 1's (h, residual) (the first
+// none) and the last one's land in h_out / res_out. One Python call a layer cost ~90 us once
+// the step's weight stream had evicted the interpreter's data: int8 SmolLM2 streaming decode
+// went from 63.8 to 76.5 tok/s with this call (model 167 Xeon, 1 thread, side by side); the
+// arithmetic is parley_decode_layer's.
+void parley_decode_layers(const ParleyLayerWeights* const* Ls, int64_t n, const ParleyStep* S, float* const* kcs,
+                          float* const* vcs, const float* h, float* h_out, float* res_out) {
+    const int64_t TH = S->T * Ls[0]->hidden;
+    float* tmp = static_cast<float*>(malloc(sizeof(float) * 2 * TH));  // the other (h, residual) pair
+    const float* h_in = h;
+    const float* res_in = nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+        const bool out = (n - 1 - i) % 2 == 0;  // pairs alternate so that the last layer writes h_out
+        float* ho = out ? h_out : tmp;
+        float* ro = out ? res_out : tmp + TH;
+        parley_decode_layer(Ls[i], S, kcs[i], vcs[i], h_in, res_in, ho, ro);
+        h_in = ho;
+        res_in = ro;
+    }
+    free(tmp);
+}
 }

@@ -346,12 +346,48 @@ void parley_gemv_bf16(const float* x, const uint16_t* w, float* y, int64_t M, in
 // offset by +128 and 128 * sum_k w[n, k] (wsum, precomputed) taken back off.
 namespace {
 
+// The loops below are the scalar one's arithmetic, vectorized: max ignores NaN as the scalar
+// compare does (vmaxps returns its second operand when either is NaN), the division is IEEE,
+// vcvtps2dq rounds half to even as nearbyintf does in the default mode, and the int8 is the
+// int32's low byte, as the scalar cast leaves it. One int8 decode step's 120 matmuls (SmolLM2
+// shapes, 1 thread, model 167 Xeon, side by side): 10.04 -> 9.81 ms at 1 row, 10.61 -> 10.19
+// at 2, 12.37 -> 11.63 at 4: the quantization is paid per row, like a verify row's products.
 void quantize_rows(const float* x, int8_t* q, float* xs, int64_t M, int64_t K) {
     for (int64_t m = 0; m < M; ++m) {
+        const float* xr = x + m * K;
+        int8_t* qr = q + m * K;
         float amax = 0.f;
-        for (int64_t k = 0; k < K; ++k) amax = fabsf(x[m * K + k]) > amax ? fabsf(x[m * K + k]) : amax;
-        xs[m] = amax > 0.f ? amax / 127.f : 1.f;
-        for (int64_t k = 0; k < K; ++k) q[m * K + k] = static_cast<int8_t>(nearbyintf(x[m * K + k] / xs[m]));
+        int64_t k = 0;
+#if defined(__AVX512F__)
+        __m512 vmax = _mm512_setzero_ps();
+        for (; k + 16 <= K; k += 16) vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xr + k)), vmax);
+        amax = _mm512_reduce_max_ps(vmax);
+#elif defined(__AVX2__)
+        const __m256 sign = _mm256_set1_ps(-0.f);
+        __m256 vmax = _mm256_setzero_ps();
+        for (; k + 8 <= K; k += 8) vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xr + k)), vmax);
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, vmax);
+        for (float v : lanes) amax = v > amax ? v : amax;
+#endif
+        for (; k < K; ++k) amax = fabsf(xr[k]) > amax ? fabsf(xr[k]) : amax;
+        const float s = amax > 0.f ? amax / 127.f : 1.f;
+        xs[m] = s;
+        k = 0;
+#if defined(__AVX512F__)
+        const __m512 vs = _mm512_set1_ps(s);
+        for (; k + 16 <= K; k += 16)
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + k),
+                             _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(_mm512_loadu_ps(xr + k), vs))));
+#elif defined(__AVX2__)
+        const __m256 vs = _mm256_set1_ps(s);
+        alignas(32) int32_t ints[8];
+        for (; k + 8 <= K; k += 8) {
+            _mm256_store_si256(reinterpret_cast<__m256i*>(ints), _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(xr + k), vs)));
+            for (int j = 0; j < 8; ++j) qr[k + j] = static_cast<int8_t>(ints[j]);
+        }
+#endif
+        for (; k < K; ++k) qr[k] = static_cast<int8_t>(nearbyintf(xr[k] / s));
     }
 }
 

@@ -9,10 +9,12 @@ import torch
 from torch import nn
 
 from llm_engine.linear import Linear
+from llm_engine.quant import Int8Linear
 from llm_engine.speculative.drafter import Draft, Drafter
 from llm_engine.speculative.head import EagleHead, HeadCache, HeadConfig
 
 WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-eagle.safetensors"
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.int8)  # the head's weight storage
 
 
 def load_head(path: Path = WEIGHTS, cfg: HeadConfig | None = None) -> EagleHead:
@@ -38,33 +40,44 @@ def _with_linears(head: EagleHead, dtype: torch.dtype) -> EagleHead:
     """A copy of head whose linears store their weights in dtype (the caller's head untouched)."""
     head = copy.deepcopy(head)
     for name, mod in list(head.named_children()):
-        if isinstance(mod, nn.Linear) and mod.weight.dtype != dtype:
-            setattr(head, name, Linear.converted(mod, dtype))
+        if isinstance(mod, nn.Linear):
+            setattr(head, name, _stored(mod, dtype))
     return head
+
+
+def _stored(lin: nn.Linear, dtype: torch.dtype) -> nn.Module:
+    if dtype == torch.int8:
+        return Int8Linear(lin)
+    return lin if lin.weight.dtype == dtype else Linear.converted(lin, dtype)
 
 
 class HeadDrafter(Drafter):
     """embed [V, D], lm_head [V, D], norm weight [D] are the target's own tensors (any dtype:
     the head runs on fp32 activations over copies of the rows it needs). weight_dtype: the
-    head's and draft LM head's weight storage. bf16 (the default) halves the bytes a draft
-    token streams (fp32: 15.6 MB of layer + 8.8 MB of draft LM head, larger than L2 and
-    evicted from L3 by each target pass), products exact and sums fp32 as in the bf16 engine."""
+    head's and draft LM head's weight storage. A draft token streams them all from DRAM (each
+    target pass evicts them): fp32 15.6 MB of layer + 8.8 MB of draft LM head, bf16 half, int8
+    (the default: the engine's int8 format, per-row scales, exact int32 sums) a quarter. A
+    draft of 1 token took 3.1 ms in bf16 and 1.9 ms in int8 while an int8 target decoded
+    (model 167 Xeon, 1 thread, medians); streaming decode with "auto", side by side in one
+    process: int8 target 88.5 / 85.5 tok/s (two runs) against 90.2 / 83.1 with the bf16 head,
+    q4 target 112.5 against 106.9. Drafts change no output, only how often they are accepted."""
 
     name = "head"
 
     def __init__(self, head: EagleHead, embed: torch.Tensor, lm_head: torch.Tensor,
                  norm_weight: torch.Tensor, eps: float, temperature: float = 0.0, seed: int = 0,
-                 weight_dtype: torch.dtype = torch.bfloat16) -> None:
-        if weight_dtype not in (torch.float32, torch.bfloat16):
-            raise ValueError(f"weight_dtype must be torch.float32 or torch.bfloat16, got {weight_dtype}")
+                 weight_dtype: torch.dtype = torch.int8) -> None:
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype}")
         self.head, self.embed = _with_linears(head, weight_dtype), embed
         self.vocab_size = lm_head.shape[0]
         vocab = head.draft_vocab if len(head.draft_vocab) else None  # [Vd] target ids
         self.vocab = vocab
         # [Vd, D]: only the draft vocabulary's LM-head rows (4,096 of 49,152: 12x less per token)
-        rows = (lm_head if vocab is None else lm_head[vocab]).detach().to(weight_dtype)
-        self.lm_sub = Linear(rows.shape[1], rows.shape[0], bias=False)
-        self.lm_sub.weight = torch.nn.Parameter(rows.contiguous(), requires_grad=False)
+        rows = (lm_head if vocab is None else lm_head[vocab]).detach().float()
+        lm_sub = Linear(rows.shape[1], rows.shape[0], bias=False)
+        lm_sub.weight = torch.nn.Parameter(rows.contiguous(), requires_grad=False)
+        self.lm_sub = _stored(lm_sub, weight_dtype)
         self.norm_weight, self.eps = norm_weight.detach().float(), eps
         self.temperature = temperature
         self.gen = torch.Generator().manual_seed(seed)
