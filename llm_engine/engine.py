@@ -39,9 +39,11 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 # in int8 (7/8 bf16), but the divergences are near-ties: fp32 scores int8's replies at 0.708
 # nats/token against 0.676 for its own argmax path (bf16 0.695). "auto" (EAGLE head + n-gram
 # lookup) streamed 1.35x plain in int8 at 1 client and never changes the text. "q4" (the GGUF's
-# own 4-bit blocks) decodes ~1.17x int8 and stays nearer fp32 (0.721 vs 0.788 nats/token), but
-# its cold prefill is slower on VNNI CPUs: first clause 126 vs 118 ms
-# (benchmarks/results/2026-12-06-cpu2x167-llm_engine-stream-q4.json), so int8 stays.
+# own 4-bit blocks) decodes ~1.2x int8 and stays nearer fp32 (0.721 vs 0.788 nats/token); with
+# every layer in one C++ call its first clause also came sooner (plain 94 vs 109 ms, "auto" 116
+# vs 118: benchmarks/results/2026-12-06-cpu2x167-llm_engine-stream-stack.json), but the turn
+# detector's text probe (pipeline/turn_probe.py) is trained on this engine's int8 hidden
+# states, so int8 stays until the probe is retrained and revalidated on q4's.
 VOICE_WEIGHT_FORMAT = "int8"
 VOICE_SPECULATIVE = "auto"
 

@@ -82,7 +82,8 @@ class LlamaModel(nn.Module):
         for layer in self.layers:
             layer.sdpa_decode = sdpa_decode
         self.cpu_fused_layers = True  # False: the per-op path on CPU decode steps too (tests)
-        self.fused_stack = FusedStack()  # every layer in one C++ call when every layer is covered
+        # every layer in one C++ call when every layer is covered; None: one call per layer
+        self.fused_stack: FusedStack | None = FusedStack()
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -105,7 +106,7 @@ class LlamaModel(nn.Module):
         h = self.embed_tokens(input_ids)
         residual = None
         step, _keep = self._fused_step(input_ids, meta, kv_caches)
-        out = self.fused_stack.forward(self.layers, h, step, kv_caches)
+        out = None if self.fused_stack is None else self.fused_stack.forward(self.layers, h, step, kv_caches)
         if out is not None:
             h, residual = out
         else:

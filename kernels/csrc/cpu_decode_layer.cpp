@@ -115,8 +115,8 @@ void parley_decode_layer(const ParleyLayerWeights* L, const ParleyStep* S, float
 // Every layer of a step in one call: layer i reads layer i - 1's (h, residual) (the first
 // none) and the last one's land in h_out / res_out. One Python call a layer cost ~90 us once
 // the step's weight stream had evicted the interpreter's data: int8 SmolLM2 streaming decode
-// went from 63.8 to 76.5 tok/s with this call (model 167 Xeon, 1 thread, side by side); the
-// arithmetic is parley_decode_layer's.
+// went from 58.0 to 68.8 tok/s with this call (benchmarks/cpu_layer_stack.py, model 167 Xeon,
+// 1 thread, side by side); the arithmetic is parley_decode_layer's.
 void parley_decode_layers(const ParleyLayerWeights* const* Ls, int64_t n, const ParleyStep* S, float* const* kcs,
                           float* const* vcs, const float* h, float* h_out, float* res_out) {
     const int64_t TH = S->T * Ls[0]->hidden;

@@ -58,9 +58,10 @@ class HeadDrafter(Drafter):
     target pass evicts them): fp32 15.6 MB of layer + 8.8 MB of draft LM head, bf16 half, int8
     (the default: the engine's int8 format, per-row scales, exact int32 sums) a quarter. A
     draft of 1 token took 3.1 ms in bf16 and 1.9 ms in int8 while an int8 target decoded
-    (model 167 Xeon, 1 thread, medians); streaming decode with "auto", side by side in one
-    process: int8 target 88.5 / 85.5 tok/s (two runs) against 90.2 / 83.1 with the bf16 head,
-    q4 target 112.5 against 106.9. Drafts change no output, only how often they are accepted."""
+    (model 167 Xeon, 1 thread, medians), yet streaming decode with "auto" gained only 1.02x
+    on an int8 target and 1.01x on q4 over the bf16 head (`python -m benchmarks.cpu_layer_stack`,
+    side by side): the int8 head keeps slightly fewer drafts. Drafts change no output, only
+    how often they are accepted."""
 
     name = "head"
 
