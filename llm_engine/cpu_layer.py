@@ -163,9 +163,10 @@ class FusedStack:
     its FusedLayer's. A call per layer cost ~90 us of Python once the step's weight stream had
     evicted the interpreter's data: with one call, int8 SmolLM2-135M streaming decode went from
     58.0 to 68.8 tok/s, q4 from 73.5 to 89.2 (`python -m benchmarks.cpu_layer_stack`, model 167
-    Xeon, 1 thread, side by side in one process). The layers' weight structs are rebuilt (through each FusedLayer, which
-    checks them) only when a linear module or its weight's storage changes; the check reads the
-    module dicts directly (nn.Module attribute access tripled its cost)."""
+    Xeon, 1 thread, side by side in one process). The layers' weight structs are rebuilt
+    (through each FusedLayer, which checks them) only when a linear module or its weight's
+    storage changes; the check reads the module dicts directly (nn.Module attribute access
+    tripled its cost)."""
 
     def __init__(self) -> None:
         self._key: list | None = None
