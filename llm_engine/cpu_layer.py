@@ -186,12 +186,12 @@ class FusedStack:
 
     def _weights(self, layers):
         key = [x for ly in layers for x in self._layer_key(ly)]
-        if key != self._key:
-            self._key = key
+        if key != self._key:  # the key last: a reader never pairs the new key with the old array
             structs = [ly.fused._struct(ly) for ly in layers]
             ok = all(w is not None for w in structs)
             self._structs = structs if ok else None
             self._array = (ctypes.POINTER(_Weights) * len(structs))(*map(ctypes.pointer, structs)) if ok else None
+            self._key = key
         return self._array
 
     def forward(self, layers, h: torch.Tensor, step: _Step | None, kv_caches
