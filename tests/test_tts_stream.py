@@ -148,15 +148,20 @@ def test_leading_silence_is_cut_to_lead_ms_before_the_first_sound():
 
 @pytest.mark.integration
 def test_a_piper_reply_sounds_within_15_ms_of_its_first_frame():
-    # Piper starts each sentence with 53-68 ms under -40 dB of its peak: dead air before the reply
+    # Piper's own audio starts with dead air under -40 dB of its peak, and how much varies from
+    # one synthesis to the next (VITS draws noise): six of one sentence started 39-49 ms in,
+    # one CI run's 12 ms, earlier ones 53-68 ms. The stream cuts it to 10 ms, whatever the draw.
     synth = PiperSynthesizer.default(threads=1)
+    rate, keep = synth.sample_rate, round(synth.sample_rate * 0.010)
     for text in ["The capital of Australia is Canberra.", "Hmm, let me check."]:
         pcm = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000)).say(text))])
         x = np.abs(pcm.astype(np.float32))
         assert np.argmax(x >= 0.01 * x.max()) / 48_000 <= 0.015, text
-        kept = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000, lead_ms=None)).say(text))])
-        y = np.abs(kept.astype(np.float32))
-        assert np.argmax(y >= 0.01 * y.max()) / 48_000 >= 0.025, text  # the backend's own start, for contrast
+        raw = synth._synthesize_impl(text)  # one draw of the backend's own audio, trimmed as the stream does
+        first = int(np.argmax(np.abs(raw) >= 0.01 * np.abs(raw).max()))
+        cut = trim_leading_silence(raw, rate, 10.0, -40.0)
+        assert len(raw) - len(cut) == max(first - keep, 0), text
+        assert int(np.argmax(np.abs(cut) >= 0.01 * np.abs(cut).max())) == min(first, keep), text
 
 
 @pytest.mark.unit
