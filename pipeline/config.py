@@ -61,6 +61,9 @@ class SessionConfig:
     stt_threads: int = 1
     tts_threads: int = 1
     vad_threads: int = 1
+    # numpy's BLAS (the STT's features, the turn detector's matmuls): at numpy's default of a
+    # thread per core its worker spins after each call (pipeline.components.limit_blas_threads)
+    blas_threads: int = 1
     # turn taking
     turn_detection: str = "parley"
     vad_silence_s: float = 0.5  # turn_detection = "vad": silence that ends the turn
@@ -123,7 +126,7 @@ class SessionConfig:
             raise ValueError("need 1 <= max_tokens <= 4096, 0 <= temperature <= 2, repetition_penalty > 0")
         if self.output_rate not in (8_000, 16_000, 22_050, 24_000, 44_100, 48_000):
             raise ValueError(f"output_rate {self.output_rate} is not a supported rate")
-        for name in ("llm_threads", "stt_threads", "tts_threads", "vad_threads"):
+        for name in ("llm_threads", "stt_threads", "tts_threads", "vad_threads", "blas_threads"):
             if not 1 <= getattr(self, name) <= 64:
                 raise ValueError(f"{name} must be in [1, 64]")
         if not 0.1 <= self.vad_silence_s <= 5 or not 0 <= self.interruption_min_s <= 5:

@@ -162,6 +162,22 @@ async def test_a_custom_llm_by_module_attr_is_the_one_answering():
     assert [e["text"] for e in run.of("reply")] == ["The custom model answers."]
 
 
+def test_loading_a_session_caps_numpy_blas_at_its_budget():
+    """numpy's BLAS gets the session's budget (process-wide, like torch's llm_threads): its
+    idle workers spin between calls, CPU the stages need (pipeline.components)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas() -> set[int]:
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):  # restored on exit: other tests see numpy's own
+        assert blas() == {2}  # numpy's wheels bring OpenBLAS: a set here is never empty
+        fake_components(fake_config(blas_threads=1), FakeLLM(["Hi."]))
+        assert blas() == {1}
+    with pytest.raises(ValueError, match="blas_threads"):
+        SessionConfig(blas_threads=0)
+
+
 def test_a_bad_module_attr_is_a_clear_error():
     with pytest.raises(ValueError, match="cannot import"):
         load_components(SessionConfig(llm="tests.nothing_here:llm", stt="fake", tts="fake"))
