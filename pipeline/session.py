@@ -55,7 +55,8 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
                                              marks=lambda name: budget.mark(name), policy=config.response,
                                              time_left_s=budget.time_left_s, deadline_s=config.llm_deadline_s,
                                              trim=config.trim,
-                                             sentence_after_tokens=config.max_tokens if config.sentence_grace_tokens else None)
+                                             sentence_after_tokens=config.max_tokens if config.sentence_grace_tokens else None,
+                                             max_sentences=config.max_sentences)
     tts_plugin = ParleyTTS(components.synthesizer, sample_rate=config.output_rate, policy=config.response,
                            time_left_s=budget.time_left_s, marks=lambda name: budget.mark(name),
                            deadline_s=config.tts_deadline_s)

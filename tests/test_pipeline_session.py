@@ -319,6 +319,18 @@ async def test_a_reply_past_max_tokens_finishes_its_sentence_and_no_more():
     assert [e["text"] for e in run.of("reply")] == ["One two three four five"]
 
 
+async def test_a_reply_ends_at_its_max_sentences_th_sentence_and_aborts_the_request():
+    reply = "It is 3.5 degrees. Take a coat, Dr. Smith. The wind is strong. Stay warm."
+    for n, said in ((1, "It is 3.5 degrees."), (2, "It is 3.5 degrees. Take a coat, Dr. Smith."), (0, reply)):
+        cfg = fake_config(preemptive=False, max_sentences=n, response=ResponsePolicy(ack_enabled=False))
+        llm = FakeLLM([reply], ttft_s=0.02, token_s=0.01)
+        _, run = await one_turn(cfg, fake_components(cfg, llm))
+        assert [e["text"] for e in run.of("reply")] == [said], n
+        assert not llm._live  # a reply ended early aborted its engine request, not left it running
+    with pytest.raises(ValueError, match="max_sentences"):
+        fake_config(max_sentences=-1)
+
+
 async def test_a_reply_that_says_a_sentence_again_ends_there_and_aborts_the_request():
     cfg = fake_config(preemptive=False, response=ResponsePolicy(ack_enabled=False))
     loop = "It is sunny. I love the sun. I love the sun. I love the sun. I love"

@@ -79,16 +79,21 @@ class ParleyLLM(llm.LLM):
     `time_left_s()` (the budget's) decides when a late first token is covered by a short
     acknowledgement (`policy`), spoken as the reply's first words and kept in the history.
     `sentence_after_tokens`: past this many text deltas (~tokens) the reply ends at its next
-    sentence end (the engine's own `max_tokens` is the hard limit); None: it runs to the engine's."""
+    sentence end (the engine's own `max_tokens` is the hard limit); None: it runs to the engine's.
+    `max_sentences`: the reply ends at its n-th sentence end (0: no limit); the engine request
+    is aborted there."""
 
     def __init__(self, engine: Any, params: SamplingParams, *, model_name: str = "parley-engine",
                  marks: Callable[[str], None] | None = None, policy: ResponsePolicy | None = None,
                  time_left_s: Callable[[], float | None] = lambda: None, deadline_s: float | None = None,
-                 trim: ContextTrim | None = None, sentence_after_tokens: int | None = None) -> None:
+                 trim: ContextTrim | None = None, sentence_after_tokens: int | None = None,
+                 max_sentences: int = 0) -> None:
         super().__init__()
         if sentence_after_tokens is not None and sentence_after_tokens < 1:
             raise ValueError(f"sentence_after_tokens must be >= 1, got {sentence_after_tokens}")
-        self.sentence_after_tokens = sentence_after_tokens
+        if max_sentences < 0:
+            raise ValueError(f"max_sentences must be >= 0, got {max_sentences}")
+        self.sentence_after_tokens, self.max_sentences = sentence_after_tokens, max_sentences
         # how requests trim the history (default: the reply's max_tokens kept free, the engine's window)
         self.trim = trim or ContextTrim(reserve=params.max_tokens)
         if deadline_s is not None and deadline_s <= 0:
@@ -168,7 +173,8 @@ class ParleyLLMStream(llm.LLMStream):
             if delta is None:  # no text at all: say so (an apology) rather than stay silent
                 raise StageOutputError("llm: the engine returned an empty reply")
             plugin._marks("llm_first_token")
-            ending, guard, repeated = _SentenceEnding(plugin.sentence_after_tokens), RepeatGuard(), False
+            ending = _SentenceEnding(plugin.sentence_after_tokens, plugin.max_sentences)
+            guard, repeated = RepeatGuard(), False
             while delta is not None:
                 if not isinstance(delta, str):
                     raise StageOutputError(f"llm: a text delta of type {type(delta).__name__}")
@@ -217,24 +223,35 @@ def _log_failure(fut: asyncio.Future) -> None:
 
 
 class _SentenceEnding:
-    """Past `after` deltas, text is held until a sentence end is decided (tts.sentence_end: a
-    "." counts once the next character shows it is no "3.14"), then the reply stops there.
-    Held text is still spoken when the stream ends first (at the engine's hard limit)."""
+    """Where a reply ends before the engine's hard limit. Past `after` deltas, text is held
+    until a sentence end is decided (tts.sentence_end: a "." counts once the next character
+    shows it is no "3.14"), then the reply stops there; at its `max_sentences`-th sentence end
+    (0: no limit) it stops too. Held text is still spoken when the stream ends first."""
 
-    def __init__(self, after: int | None) -> None:
-        self.after, self.n, self.held = after, 0, ""
+    def __init__(self, after: int | None, max_sentences: int = 0) -> None:
+        self.after, self.max_sentences = after, max_sentences
+        self.n = self.sentences = 0
+        self.open = ""  # the text since the last sentence end, sent or held
+        self.held = ""  # its unsent end
 
     def push(self, delta: str) -> tuple[str, bool]:
         """(text to send now, whether the reply ends here)."""
         self.n += 1
-        if self.after is None or self.n <= self.after:
-            return delta, False
+        holding = self.after is not None and self.n > self.after
+        self.open += delta
         self.held += delta
-        cut = sentence_end(self.held)
-        if cut is None:
+        while (cut := sentence_end(self.open)) is not None:
+            self.sentences += 1
+            if holding or 0 < self.max_sentences <= self.sentences:
+                # both are ends of the stream: held's text up to open's cut
+                text = self.held[: max(cut + len(self.held) - len(self.open), 0)]
+                self.held = ""
+                return text, True
+            self.open = self.open[cut:]
+        if holding:
             return "", False
-        text, self.held = self.held[:cut], ""
-        return text, True
+        text, self.held = self.held, ""
+        return text, False
 
     def rest(self) -> str:
         text, self.held = self.held, ""
