@@ -241,6 +241,8 @@ VARIANTS = {
     "interim-beam1": {"beam_size": 1},
     "threads2": {"cpu_threads": 2},
     "pause-from-stable": {"pause_from_stable": True},
+    "commit-any": {"commit_min_probability": 0.0},  # LocalAgreement-2 alone (before 2026-12-07)
+    "commit-p0.7": {"commit_min_probability": 0.7},
 }
 
 

@@ -57,7 +57,10 @@ def align_end(stable: list[Word], words: list[Word]) -> tuple[int, int]:
 
 
 class HypothesisBuffer:
-    def __init__(self) -> None:
+    def __init__(self, min_probability: float = 0.0) -> None:
+        if not 0.0 <= min_probability < 1.0:
+            raise ValueError(f"min_probability must be in [0, 1), got {min_probability}")
+        self.min_probability = min_probability  # of both agreeing decodes' word (see insert)
         self.committed: list[Word] = []
         self.tail: list[Word] = []  # the last decode's words after the stable prefix
         self.stable_end = 0.0
@@ -94,7 +97,8 @@ class HypothesisBuffer:
         limit, self._prev_horizon = min(horizon, self._prev_horizon), horizon
         k = 0
         while (k < min(len(new), len(self.tail)) and new[k].norm == self.tail[k].norm
-               and new[k].end <= limit):
+               and new[k].end <= limit
+               and min(new[k].probability, self.tail[k].probability) >= self.min_probability):
             k += 1
         self.commit(new[:k])
         self.tail = new[k:]

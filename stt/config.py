@@ -30,6 +30,14 @@ class TranscriberConfig:
     # at beam 5 vs ~4.6 ms greedy on one core (whisper-tiny.en; the first ~15 ms more).
     final_beam_size: int = 5
     commit_guard_s: float = 0.3  # words ending this close to the buffer's end are never stable
+    # Two interim decodes that agree on a word make it stable only where both gave it at least
+    # this probability. Espeak's "turn off the lights", decoded as "my life's" at p 0.58 and
+    # 0.51, stayed in the final although the turn's own decode heard "lights" (0.79): the test
+    # clips' streaming WER 7.1% vs 4.0% offline with numpy's BLAS at one thread (a knife-edge
+    # the thread count of the mel features' matmul flipped), 5.1% at 0.6. Side by side on the
+    # Zen 1 host (benchmarks/stt.py, real time, +250 ms flush): held-out voices 1.99% WER either
+    # way, Piper + pauses 9.26% -> 8.95%, final latency unchanged (p50 424 vs 422 ms, 530 vs 519).
+    commit_min_probability: float = 0.6
     language: str = "en"
     # Re-decode the utterance after this much new speech. 0.5 s on tiny.en costs ~65 ms of one
     # core per decode (10 s window), so ~15% CPU while the user speaks.
@@ -86,6 +94,8 @@ class TranscriberConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.decode_workers < 1:
             raise ValueError("decode_workers must be >= 1")
+        if not 0.0 <= self.commit_min_probability < 1.0:
+            raise ValueError("commit_min_probability must be in [0, 1)")
         if self.cpu_threads < 1 or self.beam_size < 1 or self.final_beam_size < 1 or self.commit_guard_s < 0:
             raise ValueError("cpu_threads, beam sizes must be >= 1 and commit_guard_s >= 0")
         if not 0.05 <= self.interval_s <= 10:

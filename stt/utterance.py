@@ -66,7 +66,7 @@ class Utterance:
         self.complete_upto = 0  # buffer length the pause / final decode applied last covered
         self.complete_planned = 0  # buffer length the pause / final decode planned last covers
         self.timemap: list[tuple[int, float]] = []  # (buffer sample, stream time) breakpoints
-        self.hyp = HypothesisBuffer()
+        self.hyp = HypothesisBuffer(config.commit_min_probability)
         self.stream_s = 0.0  # stream time of the newest audio seen
         self.push_wall = 0.0  # wall time the newest audio was pushed
         self.last_text = ""

@@ -60,6 +60,33 @@ def test_a_word_said_twice_is_not_taken_for_the_stable_one():
     assert join_words(h.committed) == "No, no. I said"
 
 
+def test_two_decodes_agreeing_on_an_unsure_word_do_not_make_it_stable():
+    # espeak's "Please turn off the lights in the kitchen", decodes of the growing buffer (tiny.en,
+    # one BLAS thread): "my life's" at p 0.58, then 0.51; a decode of the whole turn hears
+    # "lights" (0.79). Committed, "life's" stayed in the final however the turn ended.
+    def decode(*spec: tuple[str, float, float, float]) -> list[Word]:
+        words: list[Word] = []
+        for raw, start, end, p in spec:
+            append_word(words, raw, start, end, p)
+        return words
+
+    first = decode((" Please", 0.0, 0.54, 0.70), (" turn", 0.54, 0.78, 0.99), (" my", 1.04, 1.22, 0.79),
+                   (" life's", 1.22, 1.60, 0.58), (" invocation", 1.60, 1.94, 0.62))
+    second = decode((" Please", 0.0, 0.56, 0.72), (" turn", 0.56, 0.78, 1.0), (" my", 1.04, 1.22, 0.82),
+                    (" life's", 1.22, 1.62, 0.51), (" invocation", 1.62, 1.98, 0.39), (" and", 2.3, 2.48, 0.88))
+    for min_p, stable in ((0.0, "Please turn my life's"), (0.6, "Please turn my")):
+        h = HypothesisBuffer(min_probability=min_p)
+        h.insert(first, horizon=1.9)
+        h.insert(second, horizon=2.4)
+        assert join_words(h.committed) == stable
+    h.commit_all(decode((" Please", 0.0, 0.56, 0.75), (" turn", 0.56, 0.78, 0.99), (" my", 1.04, 1.22, 0.8),
+                        (" lights", 1.22, 1.46, 0.79), (" in", 1.46, 1.68, 0.98), (" the", 1.68, 1.82, 0.9),
+                        (" kitchen.", 1.82, 2.14, 1.0)))
+    assert join_words(h.committed) == "Please turn my lights in the kitchen."
+    with pytest.raises(ValueError):
+        HypothesisBuffer(min_probability=1.0)
+
+
 def test_a_stable_word_recognized_later_in_time_is_not_repeated():
     # alignments of two decodes disagree: " to" now starts after the stable end
     h = committed((" comes", 0.6, 0.92), (" to", 0.92, 1.14))
