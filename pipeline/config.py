@@ -74,6 +74,13 @@ class SessionConfig:
     turn_detection: str = "parley"
     vad_silence_s: float = 0.5  # turn_detection = "vad": silence that ends the turn
     turn_text: str = "llm"  # turn_detection = "parley" with our engine; otherwise "words" is used
+    # How long the turn waits for the engine's text P of the newest words before the detector's
+    # own word scorer answers instead. The engine scores on a thread of its own
+    # (pipeline.turn_text.BackgroundScorer), so the wait holds only the decision, never the
+    # audio. On a 2-core Zen 1 the engine, busy with the words prefilled ahead and the STT's
+    # decodes beside it, took 130-256 ms a score, and 4 of 9 ran into the old 0.25 s limit; the
+    # word scorer then gave "What is the capital of Australia" 0.29, and that turn waited 2 s.
+    turn_text_timeout_s: float = 0.6
     preemptive: bool = True
     prefill_ahead: bool = True  # engine: prefill the words so far while the user speaks
     interruption_min_s: float = 0.0  # speech (after the VAD's own 0.1 s) that interrupts the agent
@@ -137,6 +144,8 @@ class SessionConfig:
         for name in ("llm_threads", "stt_threads", "tts_threads", "vad_threads", "blas_threads"):
             if not 1 <= getattr(self, name) <= 64:
                 raise ValueError(f"{name} must be in [1, 64]")
+        if not 0 < self.turn_text_timeout_s <= 5:
+            raise ValueError("turn_text_timeout_s must be in (0, 5]")
         if not 0.1 <= self.vad_silence_s <= 5 or not 0 <= self.interruption_min_s <= 5:
             raise ValueError("need 0.1 <= vad_silence_s <= 5 and 0 <= interruption_min_s <= 5")
         if not 0 <= self.aec_warmup_s <= 10:

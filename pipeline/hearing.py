@@ -68,6 +68,7 @@ class Hearing:
         self._stt_skip = 0  # samples to hold back from a new transcriber, up to a window boundary
         self._prompt = ""
         self._eot = eot_detector.stream()
+        self._text_scorer = getattr(eot_detector, "text_scorer", None)  # closed with the hearing
         self._clock = clock
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._subscribers: list[asyncio.Queue] = []
@@ -131,6 +132,9 @@ class Hearing:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self.transcriber.close()
+        close_scorer = getattr(self._text_scorer, "close", None)
+        if close_scorer is not None:
+            close_scorer()
 
     def _emit(self, event: HearingEvent) -> None:
         loop = self._loop

@@ -67,16 +67,18 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     history = [_history(agent, config)]  # the conversation before the current user turn, trimmed
 
     detector = components.detector
-    witness = _llm_witness(config, components)
-    if witness:
-        from pipeline.turn_text import EngineCompletenessScorer
+    witness = None  # the LLM text witness, scoring off the hearing thread
+    if _llm_witness(config, components):
+        from pipeline.turn_text import BackgroundScorer, EngineCompletenessScorer
         from turn_detection.policy import EndpointingPolicy
 
         probe, policy = _witness_probe(config)
-        # read on the hearing thread; replaced (never mutated) on the loop at each speech start
+        # read on the scorer's thread; replaced (never mutated) on the loop at each speech start
         scorer = EngineCompletenessScorer(components.engine, detector.text_scorer, context=lambda: history[0],
-                                          probe=probe)
-        detector = detector.with_text_scorer(scorer, EndpointingPolicy.load(policy))
+                                          timeout_s=config.turn_text_timeout_s, probe=probe)
+        # closed with the hearing (Hearing.close closes its detector's text scorer)
+        witness = BackgroundScorer(scorer)
+        detector = detector.with_text_scorer(witness, EndpointingPolicy.load(policy))
     hearing = Hearing(components.vad, components.new_transcriber(), detector,
                       final_deadline_s=config.stt_deadline_s, new_transcriber=components.new_transcriber)
     ahead = None
@@ -88,8 +90,9 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
             ahead.update(ev.text, ev.t)
         if ev.kind == "speech_start":
             budget.open_turn(ev.t, ev.turn)
-            if witness:
+            if witness is not None:
                 history[0] = turn_context(components.engine, _history(agent, config), config.trim)
+                witness.forget()
         elif ev.kind == "end_of_turn":
             budget.mark("speech_end", ev.t - ev.silence_s)
             budget.mark("end_of_turn", ev.t)

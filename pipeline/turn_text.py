@@ -13,17 +13,23 @@ commands 0.2-0.45.
 
 One short prefill-only engine request per new transcript at a pause (LLMEngine.score_prompt);
 when the engine cannot answer within `timeout_s` (busy with a long reply, or no room), the
-detector's own scorer answers instead, so a turn is never held up."""
+detector's own scorer answers instead, so a turn is never held up. The session asks it through
+a BackgroundScorer, on a thread of its own: the hearing thread (Silero, the STT's feed, the
+detector) never waits on the engine."""
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pipeline.turn_probe import TextProbe
 
+log = logging.getLogger("parley.turn_text")
 _TRAILING = re.compile(r"[\s.,;:!?\u2026-]+$")
 # Whisper writes "30%" where the user said "thirty percent": after "%" the LLM expects " of" or
 # " to" (P(end) 0.02 for "Turn the living room lights down to 30%", 0.28 with " percent")
@@ -92,3 +98,85 @@ class EngineCompletenessScorer:
         p = min(max(float(p), 0.0), 1.0)
         self._last = (key, p)
         return p
+
+
+class BackgroundScorer:
+    """Scores transcripts on its own thread; `peek` never blocks. The detector asks it at every
+    VAD window of a pause (turn_detection.detector: it holds the turn while P is pending, as a
+    blocking scorer would). Blocking there was not free: on a 2-core Zen 1 the engine, busy
+    prefilling the words ahead, took 130-250 ms a score, and the audio that came meanwhile
+    waited in the hearing thread's queue: the STT saw the pause ~250 ms late, so its pause
+    decode (the words the text witness needs) started late too (the voice benchmark's
+    turns: the transcript with the turn's last word came 765-836 ms after its end).
+    Only the newest text waits to be scored: an older one still queued is dropped."""
+
+    _CACHE = 16  # texts whose P is kept (a turn's interims at a pause: a handful)
+
+    def __init__(self, scorer: TextScorer) -> None:
+        self.scorer = scorer
+        self._cond = threading.Condition()
+        self._scores: OrderedDict[str, float] = OrderedDict()
+        self._queued: str | None = None
+        self._scoring: str | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._generation = 0  # forget() counts; a score asked before it is not kept
+
+    def forget(self) -> None:
+        """The conversation before the words changed (a new turn): P of the same words may
+        differ now, so nothing scored so far is reused."""
+        with self._cond:
+            self._scores.clear()
+            self._queued = None
+            self._generation += 1
+
+    def probability(self, text: str) -> float:
+        """The blocking way (the TextScorer protocol), on the caller's thread."""
+        return self.scorer.probability(text)
+
+    def peek(self, text: str) -> float | None:
+        """P for `text` when scored; else None, and `text` is scored next (closed: 0.5, no
+        evidence either way, so a detector still in use is never held)."""
+        if not isinstance(text, str):
+            raise ValueError("text must be a str")
+        with self._cond:
+            if text in self._scores:
+                return self._scores[text]
+            if self._closed:
+                return 0.5
+            if text == self._scoring:
+                return None
+            self._queued = text
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="parley-turn-text", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+            return None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._queued is not None)
+                if self._closed:
+                    return
+                text, self._queued = self._queued, None
+                self._scoring, generation = text, self._generation
+            try:
+                p = self.scorer.probability(text)
+            except Exception:  # the detector must get an answer: the turn never waits on a failure
+                log.exception("the text witness failed on %r; scoring it 0.5", text)
+                p = 0.5
+            with self._cond:
+                self._scoring = None
+                if generation != self._generation:
+                    continue
+                self._scores[text] = p
+                while len(self._scores) > self._CACHE:
+                    self._scores.popitem(last=False)

@@ -44,6 +44,12 @@ async def test_hears_a_question_answers_it_and_says_what_it_wrote(components):
         await play(vs, run, silence(0.5))
     finally:
         await vs.aclose()
+    from pipeline.turn_text import BackgroundScorer
+
+    witness = vs.parts.hearing._text_scorer  # the engine scored the words off the hearing thread
+    assert isinstance(witness, BackgroundScorer) and witness.scorer.calls > 0
+    witness._thread.join(10)  # the session closes its hearing on another thread
+    assert not witness._thread.is_alive()  # closed with the session
     assert "canberra" in reply["text"].lower(), reply
     report = run.of("budget")[0]
     assert "australia" in report["user_text"].lower(), report

@@ -3,10 +3,13 @@ the fallback to the detector's own scorer when the engine cannot answer in time.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from llm_engine import LLMEngine
-from pipeline.turn_text import EngineCompletenessScorer
+from pipeline.turn_text import BackgroundScorer, EngineCompletenessScorer
 from tests.llm_helpers import make_tiny_llama
 
 pytestmark = pytest.mark.unit
@@ -73,6 +76,61 @@ def test_an_engine_that_cannot_answer_in_time_hands_over_to_the_fallback(engine)
     assert scorer.probability("t20 t21") == 0.8 and len(slow.asked) == 2  # a miss is asked again
     with pytest.raises(ValueError, match="timeout_s"):
         EngineCompletenessScorer(engine, Const(0.5), timeout_s=0)
+
+
+class Gated:
+    """A blocking scorer that answers once let through (the engine, busy elsewhere)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.gate = threading.Semaphore(0)
+        self.fail = False
+
+    def probability(self, text: str) -> float:
+        self.asked.append(text)
+        self.gate.acquire()
+        if self.fail:
+            raise RuntimeError("engine gone")
+        return len(text) / 100
+
+
+def _wait_for(check, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError("timed out")
+        time.sleep(0.002)
+
+
+def test_the_background_scorer_never_blocks_and_scores_only_the_newest_words():
+    inner = Gated()
+    bg = BackgroundScorer(inner)
+    t0 = time.monotonic()
+    assert bg.peek("what is") is None  # being scored: the caller goes on
+    _wait_for(lambda: inner.asked == ["what is"])
+    assert bg.peek("what is the") is None and bg.peek("what is the capital") is None  # queued: newest wins
+    assert time.monotonic() - t0 < 1.0  # nothing above waited on the scorer
+    inner.gate.release()
+    _wait_for(lambda: bg.peek("what is") is not None)
+    assert bg.peek("what is") == pytest.approx(0.07)
+    inner.gate.release()
+    _wait_for(lambda: bg.peek("what is the capital") is not None)
+    assert inner.asked == ["what is", "what is the capital"]  # "what is the" was never asked
+    assert bg.peek("what is") is not None
+    bg.forget()  # a new turn: the conversation before the words changed
+    assert bg.peek("what is") is None  # asked again
+    inner.gate.release()
+    _wait_for(lambda: bg.peek("what is") is not None)
+    assert inner.asked == ["what is", "what is the capital", "what is"]
+    inner.fail = True  # a failing witness answers "no evidence", and the thread lives on
+    assert bg.peek("boom") is None
+    inner.gate.release()
+    _wait_for(lambda: bg.peek("boom") is not None)
+    assert bg.peek("boom") == 0.5 and bg._thread.is_alive()
+    bg.close()
+    assert not bg._thread.is_alive() and bg.peek("after close") == 0.5
+    with pytest.raises(ValueError):
+        bg.peek(None)
 
 
 def _probe(size: int, seed: int = 0):
@@ -201,5 +259,8 @@ def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentenc
         assert ours["mean_auc"] >= 0.93 and ours["mean_auc"] >= theirs["mean_auc"] - 0.03, (name, ours, theirs)
         assert ours["complete_median"] >= 0.8 > theirs["complete_median"], (name, ours, theirs)
         assert ours["prefix_median"] <= 0.05, (name, ours)
-        assert (p[whole] >= 0.8).all() and (raw[whole] < 0.6).all(), (name, p[whole], raw[whole])
+        # whole commands: the probe high, the raw P not (0.52-0.62 after the history with a Zen 1
+        # host's AVX2 int8 kernels; < 0.6 on the AVX-512 hosts before), each by a clear margin
+        assert (p[whole] >= 0.8).all() and (raw[whole] < 0.7).all(), (name, p[whole], raw[whole])
+        assert (p[whole] - raw[whole] >= 0.2).all(), (name, p[whole], raw[whole])
     assert figures["history"][0]["prefix_above_half"] <= figures["system"][0]["prefix_above_half"] + 0.03, figures

@@ -177,3 +177,35 @@ def test_wrong_speech_prob_count_raises_and_changes_nothing(detector):
     with pytest.raises(ValueError):
         fake.push(np.zeros(1024, dtype=np.float32), speech_probs=[0.5])
     assert fake.push(np.zeros(1024, dtype=np.float32), speech_probs=[0.5, 0.5]) is None
+
+
+class _Pending:
+    """A non-blocking text scorer (pipeline.turn_text.BackgroundScorer's `peek`): None until
+    its P is ready."""
+
+    def __init__(self) -> None:
+        self.ready: float | None = None
+        self.peeks = 0
+
+    def peek(self, text: str) -> float | None:
+        self.peeks += 1
+        return self.ready
+
+    def probability(self, text: str) -> float:
+        raise AssertionError("a scorer with peek is never asked to block")
+
+
+@pytest.mark.integration
+def test_a_pending_text_score_holds_the_turn_and_the_pushing_thread_does_not_wait(detector):
+    policy = replace(detector.policy, audio_weight=1.0, text_weight=1.0, text_bias=0.0)
+    scorer = _Pending()
+    stream = detector.with_text_scorer(scorer, policy).stream()
+    audio = with_silence(_speech("piper", TEXTS[0]), 0.3, 3.0)
+    speech_end = len(audio) - 3 * 16000
+    probs = [0.9 if (i + 1) * 512 <= speech_end else 0.0 for i in range(len(audio) // 512)]
+    stream.push_transcript(TEXTS[0])
+    assert all(e is None for e in _push_with_probs(stream, audio, probs, 320))  # 3 s, past max_wait
+    assert scorer.peeks > 50 and stream.evaluations == []  # asked at every window, never decided
+    scorer.ready = 0.99
+    event = stream.push(np.zeros(512, dtype=np.float32), speech_probs=[0.0])
+    assert event is not None and stream.evaluations[-1].text_probability == 0.99

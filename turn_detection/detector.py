@@ -174,21 +174,31 @@ class EndOfTurnStream:
         silence = now - self._speech_end
         if silence < policy.eval_silence_s:
             return None
-        if self._probability is None or self._prob_text != self._text:  # new evidence
-            self._evaluate(now)
+        if (self._probability is None or self._prob_text != self._text) and not self._evaluate(now):
+            return None  # the text witness is still scoring the newest words: hold the turn
         if policy.should_end(self._probability, silence):
             self._fired = True
             return EndOfTurn(time_s=self._pushed / ENGINE_RATE, probability=self._probability)
         return None
 
-    def _evaluate(self, now: float) -> None:
+    def _evaluate(self, now: float) -> bool:
+        """P from the audio witness and the newest words; False (nothing changed) while a
+        non-blocking text scorer (one with `peek`, e.g. pipeline.turn_text.BackgroundScorer)
+        is still scoring them: the decision waits for their P, as it does with a blocking
+        scorer, but the caller's thread does not."""
         if self._features is None:  # the audio before the pause: computed once per pause
             end = int(self._speech_end * ENGINE_RATE) - self._audio_start
             clf = self._det.classifier
             self._features = (clf or ProsodyClassifier).features(self._audio, max(0, end))
             self._audio_p = clf.probability(self._features) if clf is not None else 0.5
         scorer = self._det.text_scorer
-        text_p = scorer.probability(self._text) if scorer is not None and self._text.strip() else None
+        text_p = None
+        if scorer is not None and self._text.strip():
+            peek = getattr(scorer, "peek", None)
+            text_p = scorer.probability(self._text) if peek is None else peek(self._text)
+            if text_p is None:
+                return False
         prob = self._det.policy.combine(self._audio_p, text_p)
         self._probability, self._prob_text = prob, self._text
         self.evaluations.append(Evaluation(now, self._speech_end, self._features, prob, self._audio_p, text_p))
+        return True
