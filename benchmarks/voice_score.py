@@ -123,6 +123,23 @@ def _ms(samples: int) -> float:
     return round(1000.0 * samples / ENGINE_RATE, 1)
 
 
+def _heard(events: list[tuple[float, dict]], turn_end_s: float) -> list[dict]:
+    """What the session heard, in order, at ms from the labels' turn end: its VAD's speech
+    starts and ends (when it emitted them) and every transcript, interim or final, so a turn's
+    endpointing can be read word by word (which words it had when, and how late the last ones
+    came)."""
+    out = []
+    for t, ev in events:
+        kind = ev.get("type")
+        if kind == "transcript":
+            out.append({"ms": round(1000.0 * (t - turn_end_s), 1), "kind": "final" if ev.get("final") else "interim",
+                        "text": str(ev.get("text", ""))})
+        elif kind == "vad":
+            out.append({"ms": round(1000.0 * (t - turn_end_s), 1),
+                        "kind": "speech_start" if ev.get("speaking") else "speech_end"})
+    return out
+
+
 def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dict]],
                threshold: float, t0: float | None = None) -> dict:
     """One turn's row of report.json (agent: the timeline's right channel; t0: the monotonic
@@ -156,4 +173,5 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
         # where the session's VAD put the end of speech, vs the labels (its endpointing head start)
         "session_speech_end_s": vad_end,
         "vad_lag_ms": None if vad_end is None else round(1000 * (vad_end - clip.turn_end), 1),
+        "heard": _heard(events, clip.turn_end),
     }

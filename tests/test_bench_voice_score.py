@@ -91,6 +91,9 @@ def test_score_turn_reads_latency_and_replies_from_audio_and_events():
     assert row["perceived_ms"] == pytest.approx(450.0) and not row["false_cutoff"]
     assert row["reply"] == "It is sunny." and row["transcript"] == "what is the weather in paris"
     assert not row["half_sentence"] and row["budget"]["perceived_ms"] == 430.0
+    # what the session heard when, from the turn's end: the words the decision had
+    assert row["heard"] == [{"ms": -100.0, "kind": "interim", "text": "what is the"},
+                            {"ms": 200.0, "kind": "final", "text": "what is the weather in paris"}]
     row = score_turn(_clip(), np.zeros(3 * RATE, np.float32), events, 0.01)
     assert row["no_reply"] and row["perceived_ms"] is None and not row["false_cutoff"]
 
