@@ -151,12 +151,15 @@ def test_a_piper_reply_sounds_within_15_ms_of_its_first_frame():
     # Piper's own audio starts with dead air under -40 dB of its peak, and how much varies from
     # one synthesis to the next (VITS draws noise): six of one sentence started 39-49 ms in,
     # one CI run's 12 ms, earlier ones 53-68 ms. The stream cuts it to 10 ms, whatever the draw.
+    # The output is heard at -46 dB, not at the trim's own -40 dB: a hum rises slowly, and the
+    # 48 kHz resampling can put the sample that crossed -40 dB just under it, the next crossing
+    # 5 ms later (one Zen 1 CI run: 15.06 ms at -40 dB). Untrimmed, "Hmm," crosses -46 dB 32-58 ms in.
     synth = PiperSynthesizer.default(threads=1)
     rate, keep = synth.sample_rate, round(synth.sample_rate * 0.010)
     for text in ["The capital of Australia is Canberra.", "Hmm, let me check."]:
         pcm = np.concatenate([f.pcm for f in _collect(synth.stream(StreamConfig(sample_rate=48_000)).say(text))])
         x = np.abs(pcm.astype(np.float32))
-        assert np.argmax(x >= 0.01 * x.max()) / 48_000 <= 0.015, text
+        assert np.argmax(x >= 0.005 * x.max()) / 48_000 <= 0.015, text
         raw = synth._synthesize_impl(text)  # one draw of the backend's own audio, trimmed as the stream does
         first = int(np.argmax(np.abs(raw) >= 0.01 * np.abs(raw).max()))
         cut = trim_leading_silence(raw, rate, 10.0, -40.0)
