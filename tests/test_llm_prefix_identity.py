@@ -7,7 +7,6 @@ prompts (3 at the first token) and bf16 on 2."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from llm_engine import LLMEngine, SamplingParams
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PROMPTS = Path(__file__).parent.parent / "benchmarks" / "data" / "voice_prompts.json"
@@ -35,9 +35,7 @@ def test_greedy_after_prefill_ahead_equals_cold_on_the_real_model(weight_format)
         ref = cold.chat([final], params)[0]
         interim = [*final[:-1], {**final[-1], "content": final[-1]["content"].rsplit(" ", 2)[0]}]
         rid = warm.prefill(interim)
-        deadline = time.monotonic() + 60
-        while warm.is_running(rid) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda r=rid: not warm.is_running(r), 60, "the prefill ahead")
         out = warm.chat([final], params)[0]
         assert out.num_cached_tokens >= 16, i  # the prefilled blocks were hit
         assert out.token_ids == ref.token_ids, (weight_format, i)

@@ -11,6 +11,7 @@ import pytest
 from llm_engine import LLMEngine
 from pipeline.turn_text import BackgroundScorer, EngineCompletenessScorer
 from tests.llm_helpers import make_tiny_llama
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
 TEMPLATE = "{% for m in messages %}t3 {{ m['content'] }} t4 {% endfor %}{% if add_generation_prompt %}t5{% endif %}"
@@ -94,38 +95,30 @@ class Gated:
         return len(text) / 100
 
 
-def _wait_for(check, timeout_s: float = 5.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError("timed out")
-        time.sleep(0.002)
-
-
 def test_the_background_scorer_never_blocks_and_scores_only_the_newest_words():
     inner = Gated()
     bg = BackgroundScorer(inner)
     t0 = time.monotonic()
     assert bg.peek("what is") is None  # being scored: the caller goes on
-    _wait_for(lambda: inner.asked == ["what is"])
+    wait_until(lambda: inner.asked == ["what is"])
     assert bg.peek("what is the") is None and bg.peek("what is the capital") is None  # queued: newest wins
     assert time.monotonic() - t0 < 1.0  # nothing above waited on the scorer
     inner.gate.release()
-    _wait_for(lambda: bg.peek("what is") is not None)
+    wait_until(lambda: bg.peek("what is") is not None)
     assert bg.peek("what is") == pytest.approx(0.07)
     inner.gate.release()
-    _wait_for(lambda: bg.peek("what is the capital") is not None)
+    wait_until(lambda: bg.peek("what is the capital") is not None)
     assert inner.asked == ["what is", "what is the capital"]  # "what is the" was never asked
     assert bg.peek("what is") is not None
     bg.forget()  # a new turn: the conversation before the words changed
     assert bg.peek("what is") is None  # asked again
     inner.gate.release()
-    _wait_for(lambda: bg.peek("what is") is not None)
+    wait_until(lambda: bg.peek("what is") is not None)
     assert inner.asked == ["what is", "what is the capital", "what is"]
     inner.fail = True  # a failing witness answers "no evidence", and the thread lives on
     assert bg.peek("boom") is None
     inner.gate.release()
-    _wait_for(lambda: bg.peek("boom") is not None)
+    wait_until(lambda: bg.peek("boom") is not None)
     assert bg.peek("boom") == 0.5 and bg._thread.is_alive()
     bg.close()
     assert not bg._thread.is_alive() and bg.peek("after close") == 0.5

@@ -13,6 +13,7 @@ import pytest
 from stt import StreamingTranscriber, TranscriberConfig
 from stt.events import join_words
 from tests.test_stt_stitch import ScriptedWhisper, run_utterance
+from tests.waiting import wait_until
 
 
 def _timed(text: str, t0: float = 0.0, word_s: float = 0.34) -> list[tuple[str, float, float]]:
@@ -91,14 +92,6 @@ def _push(st: StreamingTranscriber, t0: float, t1: float, p: float) -> list:
     return st.push(x, speech_probs=[p] * n)
 
 
-def _wait(cond, timeout: float = 10.0) -> None:
-    t = time.perf_counter() + timeout
-    while not cond():
-        if time.perf_counter() > t:
-            raise TimeoutError("the transcriber never got there")
-        time.sleep(0.005)
-
-
 SPOKEN = _timed("Do you have any tips for a beginner?", 0.0, 0.25)  # 0-2.0 s
 
 
@@ -108,7 +101,7 @@ def test_flush_takes_the_pause_decode_in_flight_that_covers_the_speech():
     with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
         _push(st, 0.0, 2.048, 1.0)  # 64 windows of speech, no interim due (10 s interval)
         _push(st, 2.048, 2.048 + 0.128, 0.0)  # 4 windows of silence: the pause decode starts
-        _wait(lambda: decoder.started == 1)
+        wait_until(lambda: decoder.started == 1)
         t_flush = time.perf_counter()
         final = st.flush(timeout=10)
     assert final.text == "Do you have any tips for a beginner?"
@@ -123,7 +116,7 @@ def test_flush_never_waits_for_a_decode_that_misses_speech():
     # no tentative pause decode: the flush comes before any pause decode
     with StreamingTranscriber(TranscriberConfig(interval_s=0.5, tentative_pause=False), decoder=decoder) as st:
         _push(st, 0.0, 1.024, 1.0)  # an interim decode starts (0.5 s of speech)
-        _wait(lambda: decoder.started == 1)
+        wait_until(lambda: decoder.started == 1)
         _push(st, 1.024, 2.048, 1.0)  # more speech while it runs: it no longer covers it
         _push(st, 2.048, 2.048 + 0.064, 0.0)  # and the turn ends: flush before any pause decode
         t_flush = time.perf_counter()
@@ -145,7 +138,7 @@ def test_flush_takes_a_tentative_pause_decode_started_at_the_first_silent_window
     with StreamingTranscriber(cfg, decoder=decoder) as st:
         _push(st, 0.0, 2.048, 1.0)
         _push(st, 2.048, 2.048 + 0.032, 0.0)  # one silent window: the pause is not known to hold yet
-        _wait(lambda: decoder.started == 1)
+        wait_until(lambda: decoder.started == 1)
         t_flush = time.perf_counter()
         final = st.flush(timeout=10)
     assert final.text == "Do you have any tips for a beginner?"
@@ -165,12 +158,12 @@ def test_a_tentative_pause_decode_is_an_interim_when_speech_comes_back(finished_
     cfg = TranscriberConfig(interval_s=10.0, tentative_pause=True)
     with StreamingTranscriber(cfg, decoder=decoder) as st:
         events = _push(st, 0.0, dip, 1.0) + _push(st, dip, dip + 0.032, 0.0)
-        _wait(lambda: decoder.started == 1)
+        wait_until(lambda: decoder.started == 1)
         if finished_first:  # the decode ends before the pause could hold: its result waits
-            _wait(lambda: len(decoder.log) == 1)
+            wait_until(lambda: len(decoder.log) == 1)
             time.sleep(0.05)
         events += _push(st, dip + 0.032, 2.432, 1.0)  # speech again
-        _wait(lambda: len(decoder.log) == 1)
+        wait_until(lambda: len(decoder.log) == 1)
         assert st.wait_idle(10)
         events += st.poll()
         assert any("tables." in e.text for e in events)  # applied, as an interim
@@ -191,12 +184,12 @@ def test_a_pause_with_both_replicas_busy_gives_up_their_interims_at_once():
     decoder = ScriptedWhisper(SPOKEN, delay_s=[1.0, 0.4, 0.1], scale=SCALE)
     with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
         _push(st, 0.0, 1.024, 1.0)
-        _wait(lambda: decoder.started == 1)
+        wait_until(lambda: decoder.started == 1)
         _push(st, 1.024, 1.056, 0.0)
-        _wait(lambda: decoder.started == 2)
+        wait_until(lambda: decoder.started == 2)
         _push(st, 1.056, 2.048, 1.0)
         _push(st, 2.048, 2.048 + 0.064, 0.0)
-        _wait(lambda: decoder.started == 3)  # the pause decode, once a replica is free
+        wait_until(lambda: decoder.started == 3)  # the pause decode, once a replica is free
         final = st.flush(timeout=10)
         assert st.wait_idle(10)
     assert final.text == "Do you have any tips for a beginner?" and final.decode_s == 0.0

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.waiting import wait_until
 from tts import FakeSynthesizer, PiperSynthesizer, SpeechStream, StreamConfig, SynthesisError, Synthesizer
 from tts.stream import trim_leading_silence
 
@@ -74,8 +75,7 @@ def _cancel_midway(synth: Synthesizer, text: str, after_frames: int = 3) -> tupl
     reader = threading.Thread(target=consume)
     reader.start()
     stream.say(text)
-    while stream.metrics.frames_emitted < after_frames:
-        time.sleep(0.002)
+    wait_until(lambda: stream.metrics.frames_emitted >= after_frames, 10, f"{after_frames} frames")
     stream.cancel()
     emitted_at_cancel = stream.metrics.frames_emitted
     reader.join(timeout=5)
@@ -285,9 +285,8 @@ def _slow_llm_reply(keep_up_s: float) -> tuple[float, list[str]]:
         for _ in range(len(stream.metrics.chunks) - synth_released[0]):
             synth.gate.release()
         synth_released[0] = len(stream.metrics.chunks)
-        deadline = time.monotonic() + 10
-        while any(c.first_frame_s is None for c in stream.metrics.chunks) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        wait_until(lambda: all(c.first_frame_s is not None for c in stream.metrics.chunks), 10,
+                   "every queued chunk's first frame", poll_s=0.001)
 
     def produce():
         for w in reply.split():
