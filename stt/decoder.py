@@ -76,8 +76,11 @@ class WhisperDecoder:
 
         `stages`: filled with the seconds of "encode_s" and "text_s" (generate + word
         alignment, + the repeat check's second decode when one ran). `cancelled`: asked after
-        the encoder; when it says True the decode stops there and returns no words (a
-        superseded interim gives its core back ~half-way: the encoder was ~45% of a decode)."""
+        the encoder and again after the generate; when it says True the decode stops there and
+        returns no words. A superseded interim so gives its core back ~half-way (the encoder was
+        ~45% of a decode), or at least skips the alignment: an interim in its generate when the
+        user stopped ran on beside the pause decode, its alignment too (~55 ms of one Zen 1 core
+        for 2-3 s of speech, against a generate of 140-195 ms at beam 5)."""
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
@@ -89,7 +92,11 @@ class WhisperDecoder:
             return [], t1 - t0
         end_s = len(audio) / SAMPLE_RATE
         beam = beam_size or self.config.beam_size
-        words = self._words(enc, prompt, beam, end_s)
+        words = self._words(enc, prompt, beam, end_s, cancelled)
+        if cancelled is not None and cancelled():
+            if stages is not None:
+                stages["text_s"] = time.perf_counter() - t1
+            return [], time.perf_counter() - t0
         other_beam = beam if prompt.strip() else 1  # the other decode drops the prompt, or else the beam
         other = (lambda: self._words(enc, "", other_beam, end_s)) if prompt.strip() or beam > 1 else None
         words = drop_unheard_repeat(words, other)
@@ -107,8 +114,10 @@ class WhisperDecoder:
         window = self.window_frames(len(audio))
         return m.encode(pad_or_trim(features[:, :content_frames], window)), content_frames
 
-    def _words(self, encoded: tuple[object, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
-        """One generate + word alignment on the encoded window (from `_encode`)."""
+    def _words(self, encoded: tuple[object, int], prompt: str, beam_size: int | None, end_s: float,
+               cancelled: Callable[[], bool] | None = None) -> list[Word]:
+        """One generate + word alignment on the encoded window (from `_encode`); no words, and
+        no alignment, when `cancelled` says True after the generate."""
         m, (enc, content_frames) = self.model, encoded
         # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
         previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
@@ -119,6 +128,8 @@ class WhisperDecoder:
         tokens = [t for t in res.sequences_ids[0] if t < self.tokenizer.eot]
         avg_logprob = res.scores[0] * len(tokens) / (len(tokens) + 1) if tokens else -10.0
         if not tokens or (res.no_speech_prob > self.config.no_speech_threshold and avg_logprob < -1.0):
+            return []
+        if cancelled is not None and cancelled():
             return []
         aligned = m.find_alignment(self.tokenizer, [tokens], enc, content_frames)[0]
         words: list[Word] = []

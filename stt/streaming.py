@@ -298,6 +298,9 @@ class StreamingTranscriber:
             if self._flush is not flush:  # reset() cancelled it meanwhile
                 return
             self._flush = None
+            # what this turn's decodes said before its final (a pause decode's preflight) is
+            # superseded by it: polled after it, it would read as the next turn's words
+            self._outbox = [e for e in self._outbox if e.turn != self._turn]
             self._turn += 1
             self._new_utterance(self._turn)
             flush[0].set_result(event)

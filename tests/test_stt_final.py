@@ -104,6 +104,10 @@ def test_flush_takes_the_pause_decode_in_flight_that_covers_the_speech():
         wait_until(lambda: decoder.started == 1)
         t_flush = time.perf_counter()
         final = st.flush(timeout=10)
+        # the pause decode's preflight, made while the flush waited for it, is superseded by
+        # the final: polled after it, it read as the next turn's words (a session prefilled
+        # the history plus those words again as a second user message)
+        assert [e for e in st.poll() if e.turn == final.turn] == []
     assert final.text == "Do you have any tips for a beginner?"
     assert len(decoder.log) == 1 and decoder.log[0][0] < t_flush  # no decode after the flush
     assert final.decode_s == 0.0  # the flush caused no decode of its own
@@ -207,6 +211,27 @@ def test_an_abandoned_decode_stops_after_the_encoder():
     assert "encode_s" in stages and "text_s" not in stages
     words, _ = decoder.decode(_ramp(0.0, 2.0), stages=stages, cancelled=lambda: False)
     assert len(words) == 8 and "text_s" in stages
+
+
+@pytest.mark.integration
+def test_a_decode_abandoned_during_its_generate_skips_the_alignment():
+    # the real model: an interim superseded while it generates gives its core back before the
+    # word alignment (a second decoder pass) instead of running on beside the pause decode
+    from stt import WhisperDecoder
+    from tests.speech import piper_speech
+
+    decoder = WhisperDecoder(TranscriberConfig())
+    aligned = []
+    align = decoder.model.find_alignment
+    decoder.model.find_alignment = lambda *a, **kw: aligned.append(1) or align(*a, **kw)
+    speech = piper_speech("Turn the living room lights down.")
+    asked = []
+    stages: dict = {}
+    words, _ = decoder.decode(speech, stages=stages, cancelled=lambda: asked.append(1) or len(asked) > 1)
+    assert words == [] and aligned == [] and len(asked) == 3  # after the encoder, the generate, the words
+    assert stages["text_s"] > 0
+    words, _ = decoder.decode(speech, cancelled=lambda: False)
+    assert [w.norm for w in words][-2:] == ["lights", "down"] and aligned == [1]
 
 
 # -- the real model: the final is the offline transcript whenever the flush comes -------------

@@ -211,7 +211,8 @@ class ScriptedWhisper(WhisperDecoder):
     def _encode(self, audio: np.ndarray) -> tuple[float, int]:
         return float(audio[0]) * self.scale, 0
 
-    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float) -> list[Word]:
+    def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float,
+               cancelled=None) -> list[Word]:
         t0, _ = encoded
         with self._lock:
             self.calls += 1
