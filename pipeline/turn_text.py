@@ -37,6 +37,18 @@ _PERCENT = re.compile(r"\s*%")
 END_MARKS = (".", "?", "!", "...")
 
 
+def without_end_punctuation(text: str) -> str:
+    """The user's words without the punctuation Whisper ended them with. That mark is a guess,
+    and a late one: a pause decode holds it back until the final (stt.agreement), so the
+    preemptive reply was asked with "... on Saturday" while the history kept "... on
+    Saturday?". Every prompt of the engine spells a user message this way (the witness's
+    score, the prefill ahead, the reply, the next turn's history), so they share its tokens and
+    the next turn's prompt hits the prefix cache through the previous reply: with the mark,
+    it missed from that message on and prefilled the whole reply again (~100 tokens, ~0.8 s
+    of one Zen 1 core, while the user spoke)."""
+    return _TRAILING.sub("", text.strip())
+
+
 class TextScorer(Protocol):
     def probability(self, text: str) -> float: ...
 
@@ -69,7 +81,7 @@ class EngineCompletenessScorer:
     def prompt_ids(self, text: str) -> list[int] | None:
         """The chat so far plus the user's words as an open user message (trailing punctuation
         stripped, "%" spelled as spoken); None when no words are left."""
-        words = _PERCENT.sub(" percent", _TRAILING.sub("", text.strip()))
+        words = _PERCENT.sub(" percent", without_end_punctuation(text))
         if not words:
             return None
         tok = self.engine.tokenizer

@@ -255,3 +255,31 @@ async def test_prefill_ahead_caches_the_words_so_far_for_the_real_request():
         pass
     out = stream.output
     assert out.num_cached_tokens >= len(out.prompt_token_ids) - engine.bm.block_size, out.num_cached_tokens
+
+
+def test_the_next_turn_hits_the_cache_through_a_reply_asked_with_the_preflight_words():
+    # the preemptive reply is asked with the preflight words; livekit then keeps the final
+    # transcript, whose end mark the pause decode held back, in the history. The next turn's
+    # prompt must still spell that message as it was asked, or it misses the prefix cache from
+    # there on and prefills the whole reply again.
+    from livekit.agents import llm
+
+    from llm_engine import SamplingParams
+
+    engine = LLMEngine.from_pretrained(max_model_len=512, block_size=16)
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="system", content="You are a helpful voice assistant.")
+    ctx.add_message(role="user", content="What will the weather be like in Chicago on Saturday")
+    asked = chat_messages(ctx)
+    reply = engine.chat([asked], SamplingParams(max_tokens=40, temperature=0.0))[0]
+    ctx.items[-1].content = ["What will the weather be like in Chicago on Saturday?"]
+    ctx.add_message(role="assistant", content=reply.text)
+    ctx.add_message(role="user", content="And on Sunday?")
+    nxt = chat_messages(ctx)
+    assert nxt[1] == asked[1] and nxt[-1]["content"] == "And on Sunday"
+    through_reply = (len(engine.encode_chat(asked)) + len(reply.token_ids) - 1) // 16 * 16
+    one = SamplingParams(max_tokens=1)
+    assert engine.chat([nxt], one)[0].num_cached_tokens >= through_reply  # every full block
+    # spelled as the history keeps it, the same prompt hits only up to that message
+    kept = [nxt[0], {**nxt[1], "content": nxt[1]["content"] + "?"}, *nxt[2:]]
+    assert engine.chat([kept], one)[0].num_cached_tokens <= len(engine.encode_chat(asked[:1])) + 16

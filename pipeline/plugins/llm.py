@@ -18,6 +18,7 @@ from parley.errors import StageOutputError, StageTimeoutError
 from pipeline.budget import ResponsePolicy
 from pipeline.context import ContextTrim
 from pipeline.repeats import RepeatGuard
+from pipeline.turn_text import without_end_punctuation
 from tts.chunker import sentence_end
 
 log = logging.getLogger("parley.llm")
@@ -25,7 +26,8 @@ log = logging.getLogger("parley.llm")
 
 def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
     """ChatContext -> [{"role", "content"}] with plain-text content, system messages first
-    (tool calls and non-text parts are dropped: the embedded model has no tools)."""
+    (tool calls and non-text parts are dropped: the embedded model has no tools), each user
+    message without its end punctuation (see without_end_punctuation)."""
     raw, _ = chat_ctx.to_provider_format("openai", inject_dummy_user_message=False)
     out: list[dict[str, str]] = []
     for m in raw:
@@ -35,6 +37,8 @@ def chat_messages(chat_ctx: llm.ChatContext) -> list[dict[str, str]]:
         content = m.get("content")
         if isinstance(content, list):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if isinstance(content, str) and role == "user":
+            content = without_end_punctuation(content)
         if not isinstance(content, str) or not content.strip():
             continue
         if out and out[-1]["role"] == role and role != "system":  # merge split turns
@@ -291,7 +295,7 @@ class PrefillAhead:
         self._last = now
         if self._rid is not None:
             self.engine.abort(self._rid)  # its full blocks are cached already: nothing is lost
-        messages = [*self._history(), {"role": "user", "content": text}]
+        messages = [*self._history(), {"role": "user", "content": without_end_punctuation(text)}]
         try:
             self._rid = prefill(self.trim.fit(self.engine, messages))
             self.sent += 1
