@@ -21,6 +21,10 @@ from pipeline.allocator import allocator_in_use
 # The targets, for this 2-core CPU with the embedded models, real-time replay.
 TARGET_P50_MS, TARGET_P90_MS, TARGET_FALSE_CUTOFFS, TARGET_SPEEDUP = 600.0, 900.0, 0.05, 2.0
 HISTOGRAM_EDGES_MS = (0, 300, 600, 900, 1200, 2000)
+# A silence inside a reply longer than this is a stall, not a pause: Piper's pauses between
+# sentences and clauses were 170-480 ms in 40 replies of the bundled conversation (2-core Zen 1);
+# the longer ones (629-898 ms) were each a chunk synthesized after the audio before it ran out.
+STALL_MS = 600.0
 
 
 def cpu_model() -> str:
@@ -93,6 +97,8 @@ def summarize(rows: list[dict]) -> dict:
         "turns": n, "perceived_ms": percentiles(lat), "session_perceived_ms": percentiles(session),
         "false_cutoffs": cut, "false_cutoff_rate": cut / n if n else 0.0,
         "half_sentence_replies": sum(r["half_sentence"] for r in rows),
+        "longest_pause_ms": percentiles([r["longest_pause_ms"] for r in rows if r.get("longest_pause_ms") is not None]),
+        "stalled_replies": sum((r.get("longest_pause_ms") or 0.0) > STALL_MS for r in rows),
         "no_reply": sum(r["no_reply"] for r in rows), "timeouts": sum(r.get("end") == "timeout" for r in rows),
         "error_turns": sum(r.get("error_count", 0) > 0 for r in rows),
         "overrun_turns": sum(bool((r.get("budget") or {}).get("overruns")) for r in rows),
@@ -156,6 +162,10 @@ def _fmt(v, digits: int = 0) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
+def _pause(p: dict | None) -> str:
+    return "–" if p is None else f"{p['p50']:.0f} / {p['max']:.0f}"
+
+
 def _cell(s: dict, ref: dict | None, key: str) -> str:
     p = s["perceived_ms"]
     if p is None:
@@ -177,6 +187,8 @@ def format_table(report: dict) -> str:
     rows = [("turns measured", lambda s: f"{s['perceived_ms']['n'] if s['perceived_ms'] else 0}/{s['turns']}"),
             ("false cutoffs", lambda s: f"{s['false_cutoffs']} ({100 * s['false_cutoff_rate']:.0f}%)"),
             ("replies to half a sentence", lambda s: str(s["half_sentence_replies"])),
+            (f"replies with a stall (a silence > {STALL_MS:.0f} ms inside)", lambda s: str(s["stalled_replies"])),
+            ("longest silence inside a reply, p50 / max (ms)", lambda s: _pause(s["longest_pause_ms"])),
             ("no reply", lambda s: str(s["no_reply"])),
             ("turns timed out (reply never ended)", lambda s: str(s["timeouts"])),
             ("turns with a session error", lambda s: str(s["error_turns"])),
@@ -224,10 +236,11 @@ def format_markdown(report: dict) -> str:
         lines += ["", f"## Stages against their allotment: {name} (ms, the session's budget events)", ""]
         lines += _stage_table(s)
     lines += ["", f"## Turns ({first})", "", "| clip | kind | perceived ms | false cutoff | half sentence | "
-              "transcript answered | reply |", "|---|---|---|---|---|---|---|"]
+              "longest silence in the reply (ms) | transcript answered | reply |", "|---|---|---|---|---|---|---|---|"]
     for r in report["turns"][first]:
         lines.append(f"| {r['name']} | {r['kind']} | {_fmt(r['perceived_ms'])} | {'yes' if r['false_cutoff'] else ''} "
-                     f"| {'yes' if r['half_sentence'] else ''} | {r['transcript'][:60]} | {r['reply'][:60]} |")
+                     f"| {'yes' if r['half_sentence'] else ''} | {_fmt(r.get('longest_pause_ms'))} "
+                     f"| {r['transcript'][:60]} | {r['reply'][:60]} |")
     plots = report.get("plots", {})
     if plots:
         lines += ["", "## Plots", ""] + [f"![{k}]({v})" for k, v in plots.items()]

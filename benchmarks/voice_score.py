@@ -48,6 +48,13 @@ def onset_after(track: np.ndarray, threshold: float, start: int) -> int | None:
     return None
 
 
+def longest_pause(track: np.ndarray, threshold: float, start: int) -> int | None:
+    """The longest run of samples below `threshold` between two audible samples at or after
+    `start` (the silence inside a reply, where a slow chunk stalls it); None with < 2 audible."""
+    audible = np.flatnonzero(np.abs(track[start:]) >= threshold)
+    return int(np.diff(audible).max()) - 1 if len(audible) >= 2 else None
+
+
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", normalize_text(text).lower())
 
@@ -155,6 +162,8 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
     answered = replies[-1] if replies else None
     errors = [str(ev.get("message", "")) for _, ev in events if ev.get("type") == "error"]
     vad_end = _session_speech_end(events, t0)
+    reply_start = after if cut else first
+    pause = None if reply_start is None else longest_pause(agent, threshold, reply_start)
     return {
         "name": clip.name, "kind": clip.kind, "text": clip.text, "turn_end_s": clip.turn_end,
         "first_agent_s": None if first is None else round(first / ENGINE_RATE, 4),
@@ -162,6 +171,7 @@ def score_turn(clip: VoiceClip, agent: np.ndarray, events: list[tuple[float, dic
         "false_cutoff": cut,
         "reanswer_ms": _ms(after - end) if cut and after is not None else None,
         "no_reply": first is None,
+        "longest_pause_ms": None if pause is None else _ms(pause),
         "half_sentence": any(not r["covers_end"] for r in replies),
         "transcript": answered["transcript"] if answered else "",
         "reply": answered["text"] if answered else "",

@@ -99,6 +99,25 @@ def test_score_turn_reads_latency_and_replies_from_audio_and_events():
 
 
 @pytest.mark.unit
+def test_the_longest_silence_inside_the_reply_is_read_from_its_audio():
+    agent = np.zeros(6 * RATE, np.float32)
+    agent[round(0.9 * RATE) : round(1.0 * RATE)] = 0.2  # a false cutoff's words, mid-pause
+    agent[round(2.0 * RATE) : round(2.5 * RATE)] = 0.2  # the reply: 0.5 s, a 0.7 s stall, 0.4 s
+    agent[round(3.2 * RATE) : round(3.6 * RATE)] = 0.2
+    agent[round(3.6 * RATE) : round(3.9 * RATE)] = 0.005  # below -40 dBFS: silence, then 0.3 s
+    agent[round(3.9 * RATE) : round(4.1 * RATE)] = 0.2
+    row = score_turn(_clip(turn_end=1.5), agent, [], 0.01)
+    assert row["false_cutoff"] and row["longest_pause_ms"] == pytest.approx(700.0, abs=0.1)
+    row = score_turn(_clip(turn_end=0.8), agent, [], 0.01)  # a reply from 0.9 s on: 1.0 -> 2.0
+    assert not row["false_cutoff"] and row["longest_pause_ms"] == pytest.approx(1000.0, abs=0.1)
+    agent[round(2.5 * RATE) : round(3.2 * RATE)] = 0.2
+    assert score_turn(_clip(turn_end=1.5), agent, [], 0.01)["longest_pause_ms"] == pytest.approx(300.0, abs=0.1)
+    one = np.zeros(2 * RATE, np.float32)
+    one[RATE] = 0.2
+    assert score_turn(_clip(), one, [], 0.01)["longest_pause_ms"] is None
+
+
+@pytest.mark.unit
 def test_summary_counts_and_percentiles():
     rows = [{"perceived_ms": v, "false_cutoff": False, "half_sentence": False, "no_reply": False, "budget": None}
             for v in (400.0, 500.0, 850.0)]
@@ -108,6 +127,11 @@ def test_summary_counts_and_percentiles():
     assert s["perceived_ms"]["p50"] == 500.0 and s["perceived_ms"]["n"] == 3
     assert (s["false_cutoffs"], s["false_cutoff_rate"], s["half_sentence_replies"]) == (1, 0.25, 1)
     assert s["histogram_ms"]["counts"] == [0, 2, 1, 0, 0, 0]
+    assert s["longest_pause_ms"] is None and s["stalled_replies"] == 0
+    for r, pause in zip(rows, (300.0, 650.0, None, 900.0), strict=True):
+        r["longest_pause_ms"] = pause
+    s = summarize(rows)
+    assert s["stalled_replies"] == 2 and s["longest_pause_ms"]["max"] == 900.0 and s["longest_pause_ms"]["n"] == 3
     assert percentiles([]) is None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 
@@ -318,6 +319,73 @@ def test_a_slow_llm_does_not_leave_silence_after_the_first_chunk():
     assert " ".join(chunks_on) == " ".join(chunks_off)  # the same words, cut earlier
 
 
+class _ClockedSynthesizer(FakeSynthesizer):
+    """A chunk's synthesis runs on the test's simulated clock: the worker reports the chunk's
+    audio length when it starts one and waits until the test has moved the clock to its end."""
+
+    def __init__(self) -> None:
+        super().__init__(first_audio_delay_s=0.0, rtf=0.0, tone_hz=None)
+        self.started: queue.SimpleQueue = queue.SimpleQueue()
+        self.gate = threading.Semaphore(0)
+
+    def _synthesize_impl(self, text: str) -> np.ndarray:
+        self.started.put(max(0.1, len(text) * self.seconds_per_char))
+        if not self.gate.acquire(timeout=10):
+            raise TimeoutError("the test never finished this chunk")
+        return super()._synthesize_impl(text)
+
+
+def _fast_llm_slow_synthesis(word_s: float, rtf: float, keep_up_s: float = 0.35) -> tuple[SpeechStream, list[str]]:
+    """A reply streamed a word every `word_s` into a backend taking `rtf` seconds per second of
+    speech, one chunk at a time, all on a simulated clock (so the chunks and the gaps do not
+    depend on how the threads are scheduled). -> (the stream, its chunks' texts)."""
+    now = [0.0]
+    synth = _ClockedSynthesizer()
+    stream = SpeechStream(synth, StreamConfig(keep_up_s=keep_up_s, synth_rtf=rtf), clock=lambda: now[0])
+    reply = ("I'm glad to see you're looking forward to your upcoming appointments this week. "
+             "I'll be happy to help with any requests you may have.")
+    done, busy_until = [0], [None]
+
+    def run_synthesis(until: float) -> None:  # the backend's work up to `until`, chunk by chunk
+        while True:
+            if busy_until[0] is None and len(stream.metrics.chunks) > done[0]:
+                busy_until[0] = now[0] + rtf * synth.started.get(timeout=10)
+            if busy_until[0] is None or busy_until[0] > until:
+                return
+            now[0] = busy_until[0]
+            synth.gate.release()
+            k = done[0]
+            wait_until(lambda k=k: stream.metrics.chunks[k].first_frame_s is not None, 10,
+                       f"chunk {k}'s first frame", poll_s=0.001)
+            done[0], busy_until[0] = k + 1, None
+
+    def produce():
+        for i, w in enumerate(reply.split()):
+            run_synthesis(i * word_s)
+            now[0] = max(now[0], i * word_s)
+            stream.push_text(w + " ")
+        stream.end_input()
+        run_synthesis(float("inf"))
+
+    threading.Thread(target=produce, daemon=True).start()
+    while stream.read(timeout=10) is not None:
+        pass
+    return stream, [c.text for c in stream.metrics.chunks]
+
+
+@pytest.mark.unit
+def test_keep_up_cuts_early_enough_for_the_synthesis_to_finish_in_time():
+    """A fast LLM (a word every 30 ms) and a busy backend (0.25 s a second of speech, Piper on
+    a loaded 2-core Zen 1): after the 2-word first chunk, cutting only when 0.35 s of audio was
+    left sent a 6-8 word chunk whose synthesis outlasted it, a gap heard mid-reply."""
+    on, chunks_on = _fast_llm_slow_synthesis(word_s=0.03, rtf=0.25)
+    off, chunks_off = _fast_llm_slow_synthesis(word_s=0.03, rtf=0.25, keep_up_s=0.0)
+    assert chunks_off[0] == chunks_on[0] == "I'm glad"
+    assert off.metrics.underrun_s > 0.5  # the whole first sentence waited for
+    assert on.metrics.underrun_s < 0.02, (on.metrics.underrun_s, chunks_on)
+    assert " ".join(chunks_on) == " ".join(chunks_off)  # the same words, cut earlier
+
+
 @pytest.mark.integration
 def test_piper_keeps_no_memory_plan_per_text_length():
     """Each text length is a new input shape; a plan kept per shape grew the soak's memory
@@ -394,5 +462,6 @@ def test_a_remembered_phrase_is_spoken_from_memory_in_a_stream():
     first = stream.read(timeout=5.0)
     assert first is not None and first.text == "Okay." and first.chunk_index == 0
     rest = _collect(stream)
-    # the backend was asked for the rest only
-    assert synth.texts == ["Okay.", "Sure.", "The weather is fine."] and rest[-1].text == "The weather is fine."
+    # the backend was asked for the rest only (in one chunk or, cut by the keep-up, in two)
+    assert synth.texts[:2] == ["Okay.", "Sure."] and " ".join(synth.texts[2:]) == "The weather is fine."
+    assert rest[-1].text.endswith("is fine.")

@@ -51,13 +51,17 @@ class StreamConfig:
     gain: float = 0.9
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
     # Keep-up: after the first chunk, chunks end at sentences (better prosody), but when the
-    # audio already made would be played out within this long, the words buffered so far go
-    # at once (TextChunker.take_words, at least keep_up_min_words). It covers the synthesis of
-    # the next chunk (Piper: ~35 ms for 2-3 words on an idle core, ~200 ms on a busy one).
-    # 0 turns it off.
-    keep_up_s: float = 0.35
+    # words buffered so far would not be synthesized before the audio already made is played
+    # out, with keep_up_s to spare, they go at once (TextChunker.take_words, at least
+    # keep_up_min_words). Their synthesis is guessed from the stream's own real-time factor:
+    # Piper took 0.21-0.25 s a second of speech on a busy 2-core Zen 1, so a fast LLM's 8-word
+    # clause after a 2-word first chunk (~0.6 s of audio) came ~0.2-0.5 s late when a fixed
+    # 0.35 s was held back for any chunk's synthesis. keep_up_s is the margin for the guesses'
+    # errors (words of 0.27-0.5 s; a core taken by another stage). 0 turns it off.
+    keep_up_s: float = 0.25
     keep_up_min_words: int = 2
     seconds_per_word: float = 0.35  # a chunk's length guessed before it is synthesized
+    synth_rtf: float = 0.3  # synthesis seconds per second of speech until the stream measured its own
 
     def __post_init__(self) -> None:
         if self.sample_rate not in OUTPUT_RATES:
@@ -74,6 +78,8 @@ class StreamConfig:
             raise ValueError("lead_ms must be None or in [0, 1000], lead_floor_db in [-90, 0)")
         if not 0 <= self.keep_up_s <= 10 or self.keep_up_min_words < 1 or not 0 < self.seconds_per_word <= 5:
             raise ValueError("keep_up_s must be in [0, 10], keep_up_min_words >= 1, seconds_per_word in (0, 5]")
+        if not 0 <= self.synth_rtf <= 10:
+            raise ValueError(f"synth_rtf must be in [0, 10], got {self.synth_rtf}")
 
     @property
     def frame_samples(self) -> int:
@@ -111,6 +117,9 @@ class StreamMetrics:
     chunks: list[ChunkTiming] = field(default_factory=list)
     first_frame_s: float | None = None  # first frame handed to the reader, since the first delta
     frames_emitted: int = 0
+    # silence a real-time listener heard between chunks: a chunk synthesized after the audio
+    # before it had played out (the stream's clock; playback assumed to start as frames are made)
+    underrun_s: float = 0.0
 
 
 class SpeechStream:
@@ -137,6 +146,7 @@ class SpeechStream:
         # as they come and plays them in real time), and how many chunks were synthesized
         self._play_end = 0.0
         self._synthesized = 0
+        self._synth_clock_s = self._audio_made_s = 0.0  # the stream's real-time factor, measured
         # One resampler for the stream, built here: its first construction imports scipy.signal
         # (~0.4 s measured), which must not land on the first chunk's latency. Each chunk ends
         # faded to zero and is flushed with zeros, so every chunk starts from a silent history.
@@ -156,7 +166,7 @@ class SpeechStream:
             self._t0 = self._clock()
         for chunk in self._chunker.push(delta):
             self._enqueue(chunk)
-        if self.config.keep_up_s > 0 and self.audio_ahead_s() < self.config.keep_up_s:
+        if self.config.keep_up_s > 0 and self.spare_s() < self.config.keep_up_s:
             for chunk in self._chunker.take_words(self.config.keep_up_min_words):
                 self._enqueue(chunk)
 
@@ -165,6 +175,16 @@ class SpeechStream:
         chunks waiting for synthesis (guessed from their words)."""
         pending = self.metrics.chunks[self._synthesized:]
         return max(0.0, self._play_end - self._clock()) + sum(c.estimate_s for c in pending)
+
+    def spare_s(self) -> float:
+        """Seconds the listener would still have left once the chunks waiting and the words
+        buffered were synthesized, one after the other (negative: a gap they would hear)."""
+        pending = self.metrics.chunks[self._synthesized:]
+        speech_s = (sum(c.estimate_s for c in pending)
+                    + self._chunker.buffered_words * self.config.seconds_per_word)
+        rtf = (self._synth_clock_s / self._audio_made_s if self._audio_made_s > 0
+               else self.config.synth_rtf)
+        return self.audio_ahead_s() - rtf * speech_s
 
     def end_input(self) -> None:
         if self._input_ended:
@@ -294,10 +314,16 @@ class SpeechStream:
 
     def _speak_chunk(self, timing: ChunkTiming) -> None:
         text = normalize_text(timing.text) if self.config.normalize else timing.text
+        start = self._clock()
         result = self.synthesizer.synthesize(text, normalize=False)
         audio = trim_leading_silence(result.audio, result.sample_rate, self.config.lead_ms, self.config.lead_floor_db)
         timing.synth_s, timing.audio_s = result.metrics.seconds, len(audio) / result.sample_rate
-        self._play_end = max(self._play_end, self._clock()) + timing.audio_s
+        now = self._clock()
+        if self._synthesized:
+            self.metrics.underrun_s += max(0.0, now - self._play_end)
+        self._play_end = max(self._play_end, now) + timing.audio_s
+        self._synth_clock_s += now - start
+        self._audio_made_s += timing.audio_s
         self._synthesized += 1
         if self._cancelled.is_set() or not len(audio):
             return
