@@ -1,5 +1,6 @@
 """TTS benchmark: time to the first audio frame from the first text delta, for replies streamed
-at 30 tokens/s, p50/p90; real-time factor; per backend. Prints a table and writes JSON.
+at 30 tokens/s, p50/p90; real-time factor; the silence left between chunks; per backend.
+Prints a table and writes JSON.
 
     python -m benchmarks.tts [--backends piper,espeak] [--runs 3] [--tps 30] [--json out.json]
 
@@ -33,6 +34,7 @@ REPLIES = (
     "Pi is roughly 3.14, e.g. a little more than three, and it never ends.",
 )
 TARGET_FIRST_AUDIO_P50_MS, TARGET_PIPER_RTF = 120.0, 0.2
+UNDERRUN_MS = 100.0  # a reply whose chunks left the listener more silence than this, counted
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -60,6 +62,7 @@ def run_reply(synth, text: str, tps: float, rate: int, first_words: int) -> dict
         "audio_s": audio_s,
         "rtf": secs / audio_s if audio_s else 0.0,
         "frames": n_frames,
+        "underrun_ms": stream.metrics.underrun_s * 1000,  # silence between chunks, heard in real time
     }
 
 
@@ -86,13 +89,15 @@ def _summary(name: str, first_words: int, load_s: float, rows: list[dict]) -> di
         "first_chunk_synth_ms_p50": statistics.median(r["first_chunk_synth_ms"] for r in rows),
         "rtf_p50": statistics.median(r["rtf"] for r in rows), "rtf_p90": _pct([r["rtf"] for r in rows], 0.9),
         "rtf_total": sum(r["rtf"] * r["audio_s"] for r in rows) / audio_s, "audio_s_total": audio_s,
+        "underrun_ms_max": max(r["underrun_ms"] for r in rows),
+        "replies_with_underrun": sum(r["underrun_ms"] > UNDERRUN_MS for r in rows),
         "rows": rows,
     }
 
 
 def _table(results: list[dict]) -> str:
     cols = ("backend", "first_words", "replies", "first_audio_ms_p50", "first_audio_ms_p90", "first_chunk_ready_ms_p50",
-            "first_chunk_synth_ms_p50", "rtf_p50", "rtf_p90", "rtf_total")
+            "first_chunk_synth_ms_p50", "rtf_p50", "rtf_p90", "rtf_total", "underrun_ms_max", "replies_with_underrun")
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) and v < 1 else (f"{v:.1f}" if isinstance(v, float) else str(v))  # noqa: E731
     rows = [[fmt(r[c]) for c in cols] for r in results]
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
