@@ -11,8 +11,16 @@ import numpy as np
 import pytest
 
 from tests.waiting import wait_until
-from tts import FakeSynthesizer, PiperSynthesizer, SpeechStream, StreamConfig, SynthesisError, Synthesizer
-from tts.stream import trim_leading_silence
+from tts import (
+    ChunkerConfig,
+    FakeSynthesizer,
+    PiperSynthesizer,
+    SpeechStream,
+    StreamConfig,
+    SynthesisError,
+    Synthesizer,
+)
+from tts.stream import trim_silence
 
 TEXT = "Sure, I can help with that. The meeting is at 7:30. See you there!"
 
@@ -135,16 +143,63 @@ class _LateStart(Synthesizer):
 def test_leading_silence_is_cut_to_lead_ms_before_the_first_sound():
     audio = _LateStart()._synthesize_impl("x")
     first = int(np.argmax(np.abs(audio) > 0.005))  # the tone's first sample above -40 dB of 0.5
-    cut = trim_leading_silence(audio, 16_000, 10.0, -40.0)
+    cut = trim_silence(audio, 16_000, -40.0, 10.0)
     assert len(audio) - len(cut) == first - 160  # 10 ms kept before it
-    assert trim_leading_silence(audio, 16_000, None, -40.0) is audio
-    assert len(trim_leading_silence(np.zeros(800, np.float32), 16_000, 10.0, -40.0)) == 800  # silent: kept
-    assert len(trim_leading_silence(audio[first:], 16_000, 10.0, -40.0)) == len(audio) - first  # nothing to cut
+    assert trim_silence(audio, 16_000, -40.0, None) is audio
+    assert len(trim_silence(np.zeros(800, np.float32), 16_000, -40.0, 10.0)) == 800  # silent: kept
+    assert len(trim_silence(audio[first:], 16_000, -40.0, 10.0)) == len(audio) - first  # nothing to cut
     frames = _collect(_LateStart().stream(sample_rate=16_000).say("Hello."))
     pcm = np.concatenate([f.pcm for f in frames]).astype(np.float32) / 32767
     assert int(np.argmax(np.abs(pcm) > 0.005)) <= 0.012 * 16_000  # was 80 ms
     with pytest.raises(ValueError, match="lead_ms"):
         StreamConfig(lead_ms=-1.0)
+
+
+class _ToneThenSilence(Synthesizer):
+    name = "tone-then-silence"
+
+    def __init__(self) -> None:
+        super().__init__(16_000)
+
+    def _synthesize_impl(self, text: str) -> np.ndarray:  # 200 ms of tone, 200 ms of silence
+        tone = 0.5 * np.sin(2 * np.pi * 200 * np.arange(3200) / 16_000).astype(np.float32)
+        return np.concatenate([tone, np.zeros(3200, np.float32)])
+
+
+@pytest.mark.unit
+def test_a_chunk_cut_on_a_word_keeps_join_ms_of_its_trailing_silence():
+    audio = _ToneThenSilence()._synthesize_impl("x")
+    assert len(trim_silence(audio, 16_000, -40.0, None, 40.0)) == 3200 + 640
+    assert len(trim_silence(audio, 16_000, -40.0, 10.0, 300.0)) == len(audio)  # nothing to cut
+    for text, kept_s in [("Hello there", 0.04), ("Hello there.", 0.2), ("Hello there,", 0.2)]:
+        stream = _ToneThenSilence().stream(sample_rate=16_000).say(text)
+        _collect(stream)
+        assert stream.metrics.chunks[0].audio_s == pytest.approx(0.2 + kept_s, abs=1e-3), text
+    stream = _ToneThenSilence().stream(StreamConfig(sample_rate=16_000, join_ms=None)).say("Hello there")
+    _collect(stream)
+    assert stream.metrics.chunks[0].audio_s == pytest.approx(0.4, abs=1e-3)
+    with pytest.raises(ValueError, match="join_ms"):
+        StreamConfig(join_ms=-1.0)
+
+
+@pytest.mark.integration
+def test_piper_joins_a_sentence_cut_on_a_word_without_a_hole():
+    """"The capital" | "of Australia is Canberra.": Piper ends "The capital" with 111-177 ms
+    below -40 dB of its peak (three draws); at the join the listener now hears at most join_ms
+    of it, the frame's zero padding and the next chunk's lead. The sentence's end keeps its pause."""
+    synth = PiperSynthesizer.default(threads=1)
+    cfg = StreamConfig(sample_rate=16_000, chunker=ChunkerConfig(first_max_words=2))
+    frames = _collect(synth.stream(cfg).say("The capital of Australia is Canberra."))
+    assert [f.text for f in frames if f.chunk_start] == ["The capital", "of Australia is Canberra."]
+
+    def audible(k: int) -> np.ndarray:  # chunk k's samples within -40 dB of its own peak
+        x = np.abs(np.concatenate([f.pcm for f in frames if f.chunk_index == k]).astype(np.float32))
+        return x >= 0.01 * x.max()
+
+    first, second = audible(0), audible(1)
+    hole_ms = 1000 * (int(np.argmax(first[::-1])) + int(np.argmax(second))) / 16_000
+    assert hole_ms <= 40 + 20 + 10 + 2, hole_ms  # join_ms + a frame's padding + lead_ms + resampling
+    assert 1000 * int(np.argmax(second[::-1])) / 16_000 >= 90  # "Canberra." keeps its 200 ms
 
 
 @pytest.mark.integration
@@ -163,7 +218,7 @@ def test_a_piper_reply_sounds_within_15_ms_of_its_first_frame():
         assert np.argmax(x >= 0.005 * x.max()) / 48_000 <= 0.015, text
         raw = synth._synthesize_impl(text)  # one draw of the backend's own audio, trimmed as the stream does
         first = int(np.argmax(np.abs(raw) >= 0.01 * np.abs(raw).max()))
-        cut = trim_leading_silence(raw, rate, 10.0, -40.0)
+        cut = trim_silence(raw, rate, -40.0, 10.0)
         assert len(raw) - len(cut) == max(first - keep, 0), text
         assert int(np.argmax(np.abs(cut) >= 0.01 * np.abs(cut).max())) == min(first, keep), text
 

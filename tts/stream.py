@@ -44,6 +44,12 @@ class StreamConfig:
     # lead_floor_db of its peak (None: kept whole).
     lead_ms: float | None = 10.0
     lead_floor_db: float = -40.0
+    # Piper also ends every chunk with 100-255 ms below -40 dB of its peak (12 chunks x 3 draws).
+    # After a sentence or a comma that is the pause a speaker makes; after a chunk cut on a word
+    # (a first chunk cut by its word count, a keep-up cut) it broke the sentence: "The capital"
+    # | "of Australia" | "is Canberra." was heard with two ~150 ms holes. Such a chunk keeps
+    # join_ms after its last sample within lead_floor_db of its peak (None: kept whole).
+    join_ms: float | None = 40.0
     normalize: bool = True
     # Piper scales each sentence to a peak of exactly full scale; resampled to the output rate
     # that peak overshoots (up to 1.02 at 48 kHz on six replies) and the int16 conversion
@@ -76,6 +82,8 @@ class StreamConfig:
             raise ValueError(f"gain must be in (0, 1], got {self.gain}")
         if not (self.lead_ms is None or 0 <= self.lead_ms <= 1000) or not -90 <= self.lead_floor_db < 0:
             raise ValueError("lead_ms must be None or in [0, 1000], lead_floor_db in [-90, 0)")
+        if not (self.join_ms is None or 0 <= self.join_ms <= 1000):
+            raise ValueError(f"join_ms must be None or in [0, 1000], got {self.join_ms}")
         if not 0 <= self.keep_up_s <= 10 or self.keep_up_min_words < 1 or not 0 < self.seconds_per_word <= 5:
             raise ValueError("keep_up_s must be in [0, 10], keep_up_min_words >= 1, seconds_per_word in (0, 5]")
         if not 0 <= self.synth_rtf <= 10:
@@ -316,7 +324,9 @@ class SpeechStream:
         text = normalize_text(timing.text) if self.config.normalize else timing.text
         start = self._clock()
         result = self.synthesizer.synthesize(text, normalize=False)
-        audio = trim_leading_silence(result.audio, result.sample_rate, self.config.lead_ms, self.config.lead_floor_db)
+        mid_sentence = timing.text.rstrip()[-1:].isalnum()
+        audio = trim_silence(result.audio, result.sample_rate, self.config.lead_floor_db, self.config.lead_ms,
+                             self.config.join_ms if mid_sentence else None)
         timing.synth_s, timing.audio_s = result.metrics.seconds, len(audio) / result.sample_rate
         now = self._clock()
         if self._synthesized:
@@ -378,15 +388,21 @@ class SpeechStream:
         return self._clock() - self._t0 if self._t0 is not None else 0.0
 
 
-def trim_leading_silence(audio: np.ndarray, rate: int, keep_ms: float | None, floor_db: float) -> np.ndarray:
-    """audio [N] without its leading silence: from `keep_ms` before the first sample within
-    `floor_db` of the peak (relative, so a quiet backend is cut as a loud one is). All-silent
-    audio and keep_ms None: unchanged."""
+def trim_silence(audio: np.ndarray, rate: int, floor_db: float, lead_ms: float | None,
+                 tail_ms: float | None = None) -> np.ndarray:
+    """audio [N] from `lead_ms` before its first sample within `floor_db` of the peak to
+    `tail_ms` after its last one (relative, so a quiet backend is cut as a loud one is); a side
+    whose keep is None is not cut. All-silent audio: unchanged."""
     peak = float(np.max(np.abs(audio))) if len(audio) else 0.0
-    if keep_ms is None or peak <= 0.0:
+    if (lead_ms is None and tail_ms is None) or peak <= 0.0:
         return audio
-    first = int(np.argmax(np.abs(audio) >= peak * 10 ** (floor_db / 20)))
-    return audio[max(0, first - round(rate * keep_ms / 1000)) :]
+    loud = np.abs(audio) >= peak * 10 ** (floor_db / 20)
+    start, end = 0, len(audio)
+    if lead_ms is not None:
+        start = max(0, int(np.argmax(loud)) - round(rate * lead_ms / 1000))
+    if tail_ms is not None:
+        end = min(len(audio), len(audio) - int(np.argmax(loud[::-1])) + round(rate * tail_ms / 1000))
+    return audio[start:end]
 
 
 def _fade(audio: np.ndarray, n: int) -> np.ndarray:  # [N] float32
