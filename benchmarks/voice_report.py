@@ -21,9 +21,10 @@ from pipeline.allocator import allocator_in_use
 # The targets, for this 2-core CPU with the embedded models, real-time replay.
 TARGET_P50_MS, TARGET_P90_MS, TARGET_FALSE_CUTOFFS, TARGET_SPEEDUP = 600.0, 900.0, 0.05, 2.0
 HISTOGRAM_EDGES_MS = (0, 300, 600, 900, 1200, 2000)
-# A silence inside a reply longer than this is a stall, not a pause: Piper's pauses between
-# sentences and clauses were 170-480 ms in 40 replies of the bundled conversation (2-core Zen 1);
-# the longer ones (629-898 ms) were each a chunk synthesized after the audio before it ran out.
+# A silence inside a reply longer than this is a stall, not a pause: the longest silences of 45
+# replies of the bundled conversation (2-core Zen 1) were 170-480 ms, Piper's pauses between
+# sentences, but for three stalls (629, 777, 898 ms), two of them right after a short first
+# chunk whose successor was synthesized after it had played out.
 STALL_MS = 600.0
 
 

@@ -441,6 +441,26 @@ def test_keep_up_cuts_early_enough_for_the_synthesis_to_finish_in_time():
     assert " ".join(chunks_on) == " ".join(chunks_off)  # the same words, cut earlier
 
 
+@pytest.mark.unit
+def test_a_remembered_phrase_does_not_teach_the_keep_up_that_synthesis_is_free():
+    """The acknowledgement ("Okay.") comes from memory in no time; the keep-up's real-time
+    factor must still be the backend's, or the sentence after it is cut too late."""
+    now = [0.0]
+    synth = FakeSynthesizer(first_audio_delay_s=0.06, rtf=0.0)  # "Okay." in 0.06 s: RTF 0.2
+    synth.remember(("Okay.",))
+    stream = SpeechStream(synth, StreamConfig(keep_up_s=0.0), clock=lambda: now[0])
+    stream.push_text("Okay. ")
+    wait_until(lambda: stream.metrics.chunks and stream.metrics.chunks[0].first_frame_s is not None, 10,
+               "the remembered chunk's first frame", poll_s=0.001)
+    stream.push_text("The total is $5.20 and ")
+    assert stream.synth_rtf() == synth.stats.rtf and 0.15 < synth.stats.rtf < 0.5
+    # "Okay." plays 0.3 s; the words buffered are 9 as spoken ("... five dollars and twenty cents and")
+    assert stream.spare_s() == pytest.approx(0.3 - synth.stats.rtf * 9 * 0.35)
+    stream.close()
+    with SpeechStream(FakeSynthesizer(), StreamConfig(synth_rtf=0.7)) as fresh:
+        assert fresh.synth_rtf() == 0.7  # nothing measured yet
+
+
 @pytest.mark.integration
 def test_piper_keeps_no_memory_plan_per_text_length():
     """Each text length is a new input shape; a plan kept per shape grew the soak's memory

@@ -85,9 +85,9 @@ class TextChunker:
         self._buf, self._chunks_out = "", 0
 
     @property
-    def buffered_words(self) -> int:
-        """Complete words held back, waiting for their chunk to end."""
-        return len(_WORD.findall(self._buf))
+    def buffered_words(self) -> str:
+        """The complete words held back, waiting for their chunk to end."""
+        return " ".join(_WORD.findall(self._buf))
 
     def take_words(self, min_words: int = 1) -> list[str]:
         """The complete words buffered so far as one chunk now, without waiting for the sentence

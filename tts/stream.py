@@ -67,7 +67,7 @@ class StreamConfig:
     keep_up_s: float = 0.25
     keep_up_min_words: int = 2
     seconds_per_word: float = 0.35  # a chunk's length guessed before it is synthesized
-    synth_rtf: float = 0.3  # synthesis seconds per second of speech until the stream measured its own
+    synth_rtf: float = 0.3  # synthesis seconds per second of speech until one was measured
 
     def __post_init__(self) -> None:
         if self.sample_rate not in OUTPUT_RATES:
@@ -185,14 +185,27 @@ class SpeechStream:
         return max(0.0, self._play_end - self._clock()) + sum(c.estimate_s for c in pending)
 
     def spare_s(self) -> float:
-        """Seconds the listener would still have left once the chunks waiting and the words
-        buffered were synthesized, one after the other (negative: a gap they would hear)."""
-        pending = self.metrics.chunks[self._synthesized:]
-        speech_s = (sum(c.estimate_s for c in pending)
-                    + self._chunker.buffered_words * self.config.seconds_per_word)
-        rtf = (self._synth_clock_s / self._audio_made_s if self._audio_made_s > 0
-               else self.config.synth_rtf)
-        return self.audio_ahead_s() - rtf * speech_s
+        """Seconds the listener would still have left when the words buffered were synthesized
+        after the chunks waiting, one after the other, each chunk playing once it is ready and
+        the audio before it has played (negative: a gap they would hear)."""
+        rtf, now = self.synth_rtf(), self._clock()
+        ready, play = now, max(self._play_end, now)
+        for c in self.metrics.chunks[self._synthesized:]:
+            ready += rtf * c.estimate_s
+            play = max(play, ready) + c.estimate_s
+        return play - (ready + rtf * self._speech_s(self._chunker.buffered_words))
+
+    def _speech_s(self, text: str) -> float:
+        """Its spoken length, guessed from its words as spoken: "$5.20," is five of them (Piper
+        took ~1.5 s over it, and the keep-up, counting one word, cut the next chunk too late)."""
+        return len(normalize_text(text).split()) * self.config.seconds_per_word
+
+    def synth_rtf(self) -> float:
+        """Synthesis seconds per second of speech: this stream's own, else the backend's so far
+        (its warm-up and earlier replies), else the configured guess."""
+        if self._audio_made_s > 0:
+            return self._synth_clock_s / self._audio_made_s
+        return self.synthesizer.stats.rtf or self.config.synth_rtf
 
     def end_input(self) -> None:
         if self._input_ended:
@@ -209,8 +222,7 @@ class SpeechStream:
         return self
 
     def _enqueue(self, chunk: str) -> None:
-        timing = ChunkTiming(len(self.metrics.chunks), chunk, self._since_t0(),
-                             estimate_s=len(chunk.split()) * self.config.seconds_per_word)
+        timing = ChunkTiming(len(self.metrics.chunks), chunk, self._since_t0(), estimate_s=self._speech_s(chunk))
         self.metrics.chunks.append(timing)
         self._text_q.put(timing)
 
@@ -332,8 +344,9 @@ class SpeechStream:
         if self._synthesized:
             self.metrics.underrun_s += max(0.0, now - self._play_end)
         self._play_end = max(self._play_end, now) + timing.audio_s
-        self._synth_clock_s += now - start
-        self._audio_made_s += timing.audio_s
+        if result.metrics.seconds > 0:  # a remembered phrase ("Okay.") says nothing of the backend's pace
+            self._synth_clock_s += now - start
+            self._audio_made_s += timing.audio_s
         self._synthesized += 1
         if self._cancelled.is_set() or not len(audio):
             return
