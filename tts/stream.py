@@ -178,12 +178,6 @@ class SpeechStream:
             for chunk in self._chunker.take_words(self.config.keep_up_min_words):
                 self._enqueue(chunk)
 
-    def audio_ahead_s(self) -> float:
-        """Seconds of speech the listener has left: the audio made and not yet played, plus the
-        chunks waiting for synthesis (guessed from their words)."""
-        pending = self.metrics.chunks[self._synthesized:]
-        return max(0.0, self._play_end - self._clock()) + sum(c.estimate_s for c in pending)
-
     def spare_s(self) -> float:
         """Seconds the listener would still have left when the words buffered were synthesized
         after the chunks waiting, one after the other, each chunk playing once it is ready and
