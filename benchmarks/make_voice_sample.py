@@ -1,6 +1,6 @@
 """Write the bundled sample conversation for `parley bench voice` (and `make demo`):
 
-    python -m benchmarks.make_voice_sample [--conversation sample|second] [--out DIR]
+    python -m benchmarks.make_voice_sample [--conversation sample|second|answers|long] [--out DIR]
 
 Five short requests a voice assistant gets, each by another voice: the embedded Piper voice
 (joe) at two speaking rates, an espeak-ng variant and two Debian flite voices (slt, rms), so
@@ -77,7 +77,33 @@ SECOND: tuple[Line, ...] = (
     Line("04-distance", "How far is the moon from the earth?", "flite", "kal", 0),
     Line("05-reminder", "Remind me to call the dentist on Monday.", "espeak", "en-us+m3", 150),
 )
-CONVERSATIONS = {"sample": (CONVERSATION, DEFAULT_OUT), "second": (SECOND, SECOND_OUT)}
+# A conversation of short answers (`--conversation answers`, benchmarks/data/voice_answers): a
+# request, then the turns a user gives once the agent has spoken. None of them is in the
+# text probe's answers (turn_detection/training/requests/answers.txt).
+ANSWERS: tuple[Line, ...] = (
+    Line("01-table", "Can you find me a table for two at eight tonight?", "piper", "joe", 1.0),
+    Line("02-sure", "Sure, why not.", "flite", "slt", 0),
+    Line("03-thanks", "Thanks so much.", "espeak", "en-us+f3", 165),
+    Line("04-tomorrow", "And how about tomorrow evening?", "piper", "joe", 1.15),
+    Line("05-done", "No, that's everything.", "flite", "rms", 0),
+    Line("06-okay", "Okay, sounds great.", "espeak", "en-gb", 175),
+)
+ANSWERS_OUT = Path(__file__).parent / "data" / "voice_answers"
+# Long turns (`--conversation long`, benchmarks/data/voice_long): two or three sentences at a
+# time (8 and 12 s of speech), where the STT's decode at the pause is the slow part.
+LONG: tuple[Line, ...] = (
+    Line("01-trip", "I'm planning a trip to Portugal in the spring with two friends, and we want to see Lisbon and "
+         "Porto. Could you suggest how many days we should spend in each city?", "piper", "joe", 1.0),
+    Line("02-yes", "Yes, that sounds lovely.", "espeak", "en-us+m3", 160),
+    Line("03-weather", "Also, what kind of weather should we expect there in April, and do we need rain jackets?",
+         "flite", "slt", 0),
+    Line("04-volcano", "My daughter has a school project about volcanoes due next Friday, and she needs to explain "
+         "why some volcanoes explode while others just have lava flowing slowly. How would you explain that to "
+         "a ten year old?", "espeak", "en-gb", 170),
+)
+LONG_OUT = Path(__file__).parent / "data" / "voice_long"
+CONVERSATIONS = {"sample": (CONVERSATION, DEFAULT_OUT), "second": (SECOND, SECOND_OUT), "answers": (ANSWERS, ANSWERS_OUT),
+                 "long": (LONG, LONG_OUT)}
 
 
 def _flite(text: str, voice: str) -> tuple[np.ndarray, int]:

@@ -10,9 +10,10 @@ Clips (--voices): "held-out" (default), voices the STT was never tuned on, Debia
 (kal, kal16, awb, rms, slt) and `festival` (kal_diphone, ked_diphone, cmu_us_slt_arctic_hts:
 packages festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts) on sentences with
 word splits (tablespoons, $5.20, numbers, contractions), some ending right after a pause;
-"piper": the embedded Piper voice (and espeak-ng) the defaults were tuned on.
+"piper": the embedded Piper voice (and espeak-ng) the defaults were tuned on; "long": the
+held-out voices on turns of two or three sentences (7-11 s).
 
-    python -m benchmarks.stt [--voices held-out|piper] [--fast] [--pauses] [--flush-delay 0.25 0.15]
+    python -m benchmarks.stt [--voices held-out|piper|long] [--fast] [--pauses] [--flush-delay 0.25 0.15]
                              [--model whisper-tiny.en] [--json out.json]
 """
 
@@ -90,6 +91,26 @@ HELD_OUT_TEXTS = (
 )
 HELD_OUT_VOICES = (("flite", "slt"), ("festival", "kal_diphone"), ("flite", "awb"), ("festival", "cmu_us_slt_arctic_hts"),
                    ("flite", "rms"), ("festival", "ked_diphone"), ("flite", "kal16"))
+# --voices long: turns of two or three sentences (7-11 s), spoken by HELD_OUT_VOICES in turn,
+# where a pause decode of the whole utterance is slow
+LONG_TEXTS = (
+    "I'm going to my cousin's wedding in Seattle next month. Could you remind me to book the hotel this "
+    "weekend, before the prices go up?",
+    "My laptop keeps restarting whenever I open more than three programs. I already updated everything, so "
+    "what else should I try?",
+    "We want to cook something special for our anniversary on Saturday. Something with fish would be nice, "
+    "but nothing too complicated.",
+    "The heating bill this winter was almost twice as high as last year. Can you help me figure out where the "
+    "energy is going?",
+    "Please write a short note to the neighbors. Tell them we are having a small party on Friday night, and "
+    "that it will end before eleven.",
+    "I have been trying to learn Spanish for about six months now. I can read quite well, but I still find it "
+    "hard to understand people when they speak quickly.",
+    "Our flight lands at half past nine in the evening. Is there still a train into the city at that time, or "
+    "should we take a taxi?",
+    "My son has a science test on Monday about the solar system. He keeps mixing up the planets, so could you "
+    "give him an easy way to remember their order?",
+)
 ESPEAK_TEXTS = ("Please turn off the lights in the kitchen and lock the front door.",
                 "How many kilometers is it from Paris to Berlin by train?")
 
@@ -141,7 +162,12 @@ def speech_end_s(audio: np.ndarray) -> float:
 
 def clips(voices: str = "held-out", pauses: bool = False) -> list[tuple[str, np.ndarray, float]]:
     """(text, 16 kHz audio trimmed after its speech end, voice label) per turn."""
-    if voices == "held-out":
+    if voices == "long":
+        out = []
+        for i, text in enumerate(LONG_TEXTS):
+            engine, voice = HELD_OUT_VOICES[i % len(HELD_OUT_VOICES)]
+            out.append((text, synthesize(engine, voice, text), f"{engine}-{voice}"))
+    elif voices == "held-out":
         out = []
         for i, (first, second) in enumerate(HELD_OUT_TEXTS):
             engine, voice = HELD_OUT_VOICES[i % len(HELD_OUT_VOICES)]
@@ -241,6 +267,9 @@ VARIANTS = {
     "interim-beam1": {"beam_size": 1},
     "threads2": {"cpu_threads": 2},
     "pause-from-stable": {"pause_from_stable": True},
+    "stable-after-4": {"pause_from_stable_after_s": 4.0},  # ...in a buffer of 4 s or more only
+    "stable-after-6": {"pause_from_stable_after_s": 6.0},
+    "stable-never": {"pause_from_stable_after_s": None},
     "commit-any": {"commit_min_probability": 0.0},  # LocalAgreement-2 alone (before 2026-12-07)
     "commit-p0.7": {"commit_min_probability": 0.7},
 }
@@ -333,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="whisper-tiny.en", choices=["whisper-tiny.en", "whisper-base"])
     p.add_argument("--threads", type=int, default=1, help="CTranslate2 cpu_threads")
     p.add_argument("--fast", action="store_true", help="replay without real-time pacing (smoke runs)")
-    p.add_argument("--voices", default="held-out", choices=["held-out", "piper"], help="clip set (see above)")
+    p.add_argument("--voices", default="held-out", choices=["held-out", "piper", "long"], help="clip set (see above)")
     p.add_argument("--flush-delay", type=float, nargs="+", default=[0.25, 0.15],
                    help="flush this long after speech ends (s); each turn is replayed once per delay")
     p.add_argument("--decode-workers", type=int, default=TranscriberConfig.decode_workers)

@@ -7,11 +7,12 @@ music" 0.25, so the policy has to wait ~2 s on them. The same prefill's final hi
 holds what the model knows about the words; a logistic regression on it, fit on complete
 request sentences (1) against their word prefixes (0), says 0.90 and 0.43 there and <= 0.003
 after "down to" or "Play some". It reads text only (no voice is in its data): the TRAIN request
-sentences, each after the system prompt alone and after a short history of earlier turns; L2
-chosen on VALIDATION by mean per-sentence AUC (the worse of the two contexts); TEST read once,
-after the choice.
+sentences and short answers (training/requests/answers.txt: "Yes, please.", "What about
+Friday?"), each after the system prompt alone and after a short history of earlier turns (for
+an answer, one that ends on the agent's question); L2 chosen on VALIDATION by mean
+per-sentence AUC (the worse of the two contexts); TEST read once, after the choice.
 
-    python -m pipeline.turn_probe [--out pipeline/eot_llm_probe.npz]
+    python -m pipeline.turn_probe [--out pipeline/eot_llm_probe.npz] [--report FILE.json]
 
 A probe belongs to one model's hidden states: it records the model and the hidden size, and the
 session uses it only with that model (the embedded one); another model keeps the raw P."""
@@ -19,6 +20,7 @@ session uses it only with that model (the embedded one); another model keeps the
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,9 @@ L2_GRID = (10.0, 30.0, 100.0, 300.0, 1000.0)
 REPLIES = ("Sure, done.", "It should be sunny and mild, around twenty degrees.", "Okay, I have set that up for you.",
            "The nearest one is about ten minutes away on foot.", "I added it to your list.",
            "Sorry, I cannot do that yet, but I can remind you later.")
+# the agent's questions a short answer follows (answers' histories)
+ASKS = ("Should I book it for you?", "Do you want me to add anything else?",
+        "Would you like the short version or the long one?")
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,16 +141,30 @@ def conversations(system: list[dict[str, str]], sentences: tuple[str, ...], n: i
     return out
 
 
-def split_states(engine: Any, fallback: Any, system: list[dict[str, str]], sentences: tuple[str, ...]) -> dict:
-    """Each sentence's prefixes after the system prompt alone ("system") and after one of three
-    histories ("history", by sentence) -> {context: (raw P, states, labels, groups)}."""
+def asking(system: list[dict[str, str]], sentences: tuple[str, ...], n: int) -> list[list[dict[str, str]]]:
+    """n contexts for a short answer: one exchange (the user's from `sentences`) whose reply
+    ends on a question (ASKS)."""
+    return [[*system, {"role": "user", "content": sentences[(5 * k) % len(sentences)]},
+             {"role": "assistant", "content": ASKS[k % len(ASKS)]}] for k in range(n)]
+
+
+def split_states(engine: Any, fallback: Any, system: list[dict[str, str]], sentences: tuple[str, ...],
+                 answers: tuple[str, ...] = (), wholes: tuple[str, ...] = ()) -> dict:
+    """Each sentence's and answer's prefixes (groups: the sentences, then the answers; an
+    answer's prefix that is one of `wholes` is left out) after the system prompt alone
+    ("system") and after one of three histories ("history", by sentence; an answer's ends on a
+    question) -> {context: (raw P, states, labels, groups)}."""
     from pipeline.turn_text import EngineCompletenessScorer
     from turn_detection.training.text_corpus import text_prefixes
 
     texts, labels, groups = text_prefixes(sentences)
-    contexts = conversations(system, sentences, 4)
+    more, more_labels, more_groups = text_prefixes(answers, wholes)
+    texts, labels = texts + more, np.concatenate([labels, more_labels])
+    groups = np.concatenate([groups, more_groups + len(sentences)]).astype(int)
+    contexts = conversations(system, sentences, 4) + asking(system, sentences, 3)
+    n = len(sentences)
     out = {}
-    for name, pick in (("system", lambda g: 0), ("history", lambda g: 1 + g % 3)):
+    for name, pick in (("system", lambda g: 0), ("history", lambda g: (1 if g < n else 4) + g % 3)):
         ps, hs = np.zeros(len(texts)), np.zeros((len(texts), engine.model.cfg.hidden_size))
         for c in sorted({pick(g) for g in groups}):
             idx = [i for i, g in enumerate(groups) if pick(g) == c]
@@ -155,41 +174,65 @@ def split_states(engine: Any, fallback: Any, system: list[dict[str, str]], sente
     return out
 
 
+def figures(p: np.ndarray, labels: np.ndarray, groups: np.ndarray, n_sentences: int) -> dict:
+    """summary() of the request sentences (groups < n_sentences), and of the answers apart:
+    their wholes' median P and share at or below 0.5, their prefixes' share above 0.5."""
+    req, ans = groups < n_sentences, groups >= n_sentences
+    out = summary(p[req], labels[req], groups[req])
+    whole, pre = p[ans & (labels > 0)], p[ans & (labels == 0)]
+    if len(whole):
+        out |= {"answers_median": round(float(np.median(whole)), 3),
+                "answers_below_half": round(float(np.mean(whole <= 0.5)), 3),
+                "answer_prefixes_above_half": round(float(np.mean(pre > 0.5)), 3) if len(pre) else None}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_PROBE))
+    ap.add_argument("--report", help="write the validation and test figures here (JSON)")
     args = ap.parse_args(argv)
     from llm_engine import LLMEngine
     from llm_engine.engine import DEFAULT_MODEL
     from pipeline.config import DEFAULT_INSTRUCTIONS
     from turn_detection.completeness import CompletenessScorer
-    from turn_detection.training.sentences import TEST, TRAIN, VALIDATION
+    from turn_detection.training import sentences as S
     from turn_detection.training.train_text import choose_l2
 
     engine = LLMEngine.for_voice()
     system = [{"role": "system", "content": DEFAULT_INSTRUCTIONS}]
+    splits = {"train": (S.TRAIN, S.ANSWERS_TRAIN), "validation": (S.VALIDATION, S.ANSWERS_VALIDATION),
+              "test": (S.TEST, S.ANSWERS_TEST)}
+    wholes = (*S.ANSWERS_TRAIN, *S.ANSWERS_VALIDATION, *S.ANSWERS_TEST)
     try:
-        data = {name: split_states(engine, CompletenessScorer.load(), system, sentences)
-                for name, sentences in (("train", TRAIN), ("validation", VALIDATION), ("test", TEST))}
+        data = {name: (split_states(engine, CompletenessScorer.load(), system, sents, answers, wholes), len(sents))
+                for name, (sents, answers) in splits.items()}
     finally:
         engine.close()
-    x = np.concatenate([data["train"][c][1] for c in ("system", "history")])
-    y = np.concatenate([data["train"][c][2] for c in ("system", "history")])
+    x = np.concatenate([data["train"][0][c][1] for c in ("system", "history")])
+    y = np.concatenate([data["train"][0][c][2] for c in ("system", "history")])
 
     def scored(probe: TextProbe, split: str) -> dict:
-        return {c: summary(np.array([probe.probability(h) for h in hs]), ys, gs)
-                for c, (_, hs, ys, gs) in data[split].items()}
+        states_, n = data[split]
+        return {c: figures(np.array([probe.probability(h) for h in hs]), ys, gs, n)
+                for c, (_, hs, ys, gs) in states_.items()}
 
     def validate(probe: TextProbe) -> dict:  # the worse context decides
-        figures = scored(probe, "validation")
-        return {"mean_auc": min(f["mean_auc"] for f in figures.values()), **figures}
+        figs = scored(probe, "validation")
+        return {"mean_auc": min(f["mean_auc"] for f in figs.values()), **figs}
 
-    l2, probe, _ = choose_l2(L2_GRID, lambda l2: TextProbe.fit(x, y, l2, DEFAULT_MODEL), validate)
-    print(f"chosen l2={l2}; test (read once, after the choice) {scored(probe, 'test')}")
-    print("the raw P on test: " + str({c: summary(ps, ys, gs) for c, (ps, _, ys, gs) in data["test"].items()}))
+    l2, probe, val = choose_l2(L2_GRID, lambda l2: TextProbe.fit(x, y, l2, DEFAULT_MODEL), validate)
+    test = scored(probe, "test")
+    raw = {c: figures(ps, ys, gs, data["test"][1]) for c, (ps, _, ys, gs) in data["test"][0].items()}
+    print(f"chosen l2={l2}; test (read once, after the choice) {test}")
+    print(f"the raw P on test: {raw}")
     probe.save(args.out)
+    if args.report:
+        Path(args.report).write_text(json.dumps({"command": "python -m pipeline.turn_probe", "l2": l2,
+                                                 "validation": val, "test": test, "raw_test": raw}, indent=1))
     print(f"wrote {args.out}")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -79,6 +79,14 @@ class TranscriberConfig:
     # 2 cores: finalization p50/p90 0.05/62 ms vs 91/197 ms, but WER 4.5% vs 3.8% there and
     # 6.1% vs 4.0% (offline) on the test clips, so off by default.
     pause_from_stable: bool = False
+    # ...but in a long turn: once the buffer holds this much audio (s), a pause decode starts at
+    # the stable prefix too (None: never). A 12 s turn's whole-utterance pause decode took 1.3 s
+    # of one Zen 1 core (encoder 0.51 s, beam-5 text 0.79 s), and its words came 1.4 s after
+    # the user stopped. On 8 turns of 7-11 s by held-out voices (benchmarks/stt.py --voices
+    # long, real time, flush +250 ms, Zen 1): final p50/p90 742/857 ms never, 472/575 ms after
+    # 6 s, 442/557 after 4 s, WER 2.45% all three. 6 s keeps every short request's decode as
+    # it was (the cut measured above cost WER there).
+    pause_from_stable_after_s: float | None = 6.0
     # After a pause, decode only the speech after it (whisper_streaming resets its buffer
     # there). Off: tiny.en decoding the 1.3-1.6 s after a pause alone looped ("$5.20.
     # Including tax. Including tax."), prompted or not; with the speech before it in the
@@ -106,5 +114,7 @@ class TranscriberConfig:
             raise ValueError("trim_s must be in [1, max_window_s]")
         if not 0.0 < self.vad_neg_threshold <= self.vad_threshold < 1.0:
             raise ValueError("need 0 < vad_neg_threshold <= vad_threshold < 1")
+        if self.pause_from_stable_after_s is not None and not self.pause_from_stable_after_s > 0:
+            raise ValueError("pause_from_stable_after_s must be > 0 (None: never)")
         if self.cut_context_s < 0 or self.speech_pad_s < 0 or self.endpoint_silence_s <= 0 or self.window_margin_s < 0:
             raise ValueError("speech_pad_s, window_margin_s must be >= 0 and endpoint_silence_s > 0")

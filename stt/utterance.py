@@ -129,8 +129,7 @@ class Utterance:
 
     def plan(self, kind: str) -> DecodeJob:
         """The next decode: "interim" or "pause" (when due), "final" (at flush)."""
-        start = self._final_start() if kind == "final" or (kind == "pause" and self.config.pause_from_stable) \
-            else self.start
+        start = self._final_start() if self._from_stable(kind) else self.start
         audio = np.concatenate(self.pieces)[start: self.n] if self.pieces else np.zeros(0, np.float32)
         stable_before = [w for w in self.hyp.committed if w.end <= start / SAMPLE_RATE + 0.05]
         prompt = " ".join(s for s in (self.prompt, join_words(stable_before)) if s)
@@ -141,6 +140,13 @@ class Utterance:
         return DecodeJob(kind, start, self.n, self.speech_upto, audio, prompt, beam,
                          tentative=kind == "pause" and not self.paused, settled=kind != "pause" or self.paused,
                          speech_end_s=self._stream_time(self.speech_upto), planned_wall=time.perf_counter())
+
+    def _from_stable(self, kind: str) -> bool:
+        """A final decode, and a pause decode with pause_from_stable or in a long buffer, start
+        at the stable prefix (less `cut_context_s`): fewer tokens to decode."""
+        c = self.config
+        long = c.pause_from_stable_after_s is not None and (self.n - self.start) / SAMPLE_RATE >= c.pause_from_stable_after_s
+        return kind == "final" or (kind == "pause" and (c.pause_from_stable or long))
 
     def apply(self, job: DecodeJob, push_wall: float | None = None) -> TranscriptEvent | None:
         """Take a finished decode's words; return an interim or preflight event when the text

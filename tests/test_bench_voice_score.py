@@ -136,7 +136,7 @@ def test_summary_counts_and_percentiles():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name", ["sample", "second"])
+@pytest.mark.parametrize("name", ["sample", "second", "answers", "long"])
 def test_the_bundled_conversations_are_valid_and_held_out(name):
     from benchmarks.make_voice_sample import CONVERSATIONS, PAUSE_S
     from benchmarks.voice_data import load_conversation
@@ -148,10 +148,17 @@ def test_the_bundled_conversations_are_valid_and_held_out(name):
     assert not skipped and [c.name for c in clips] == [line.name for line in lines]
     assert 4 <= len(clips) <= 6 and len({line.engine for line in lines}) >= 2
     held = set(sentences.TRAIN) | set(sentences.VALIDATION) | set(sentences.TEST)
+    held |= {*sentences.ANSWERS_TRAIN, *sentences.ANSWERS_VALIDATION, *sentences.ANSWERS_TEST}
     for clip in clips:
         assert clip.text not in held and covers_end(clip.text, clip.text)
         # the labels agree with the audio: the last speech run ends at turn_end
         assert abs(speech_intervals(clip.audio, gap_s=0.3)[-1][1] - clip.turn_end) <= 0.01
+    if name == "answers":  # short turns, none paused
+        assert all(c.kind == "complete" for c in clips) and sum(len(c.text.split()) <= 4 for c in clips) >= 4
+        return
+    if name == "long":  # two turns of 8 s and more, none paused
+        assert all(c.kind == "complete" for c in clips) and sum(c.turn_end >= 8.0 for c in clips) >= 2
+        return
     (paused,) = [c for c in clips if c.kind == "paused"]
     ((start, end),) = paused.pauses
     assert end - start == pytest.approx(PAUSE_S, abs=0.01) and start > 0.5 and end < paused.turn_end

@@ -218,16 +218,18 @@ def test_only_the_embedded_model_gets_the_probe_and_its_policy():
 
 @pytest.mark.integration
 def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentences_it_never_saw():
-    """The TEST request sentences (read by no fit or choice) and spoken commands of other shapes,
-    after the system prompt alone and after a conversation in no training set: the probe ranks
-    each whole sentence above its own prefixes as well as the raw P does, scores whole commands
-    high where the raw P does not, and the conversation does not make prefixes look whole."""
+    """The TEST request sentences and TEST answers (read by no fit or choice) and spoken commands
+    of other shapes, after the system prompt alone and after a conversation in no training set:
+    the probe ranks each whole sentence above its own prefixes as well as the raw P does, scores
+    whole commands and short answers high where the raw P does not, and the conversation does
+    not make prefixes look whole."""
     import numpy as np
 
     from benchmarks.turn_llm_text import HISTORY
     from llm_engine import LLMEngine
     from pipeline.config import DEFAULT_INSTRUCTIONS
-    from pipeline.turn_probe import TextProbe, states, summary
+    from pipeline.turn_probe import TextProbe, figures, states
+    from turn_detection.training import sentences
     from turn_detection.training.sentences import TEST
     from turn_detection.training.text_corpus import text_prefixes
 
@@ -237,18 +239,22 @@ def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentenc
     commands = ("Turn the living room lights down to 30 percent", "Set a timer for ten minutes",
                 "Text Maria that I'm running ten minutes late")
     texts, labels, groups = text_prefixes((*TEST, *commands))
-    figures = {}
+    n = len(TEST) + len(commands)
+    wholes = (*sentences.ANSWERS_TRAIN, *sentences.ANSWERS_VALIDATION, *sentences.ANSWERS_TEST)
+    more, more_labels, more_groups = text_prefixes(sentences.ANSWERS_TEST, wholes)
+    texts, labels, groups = texts + more, np.concatenate([labels, more_labels]), np.concatenate([groups, more_groups + n])
+    results = {}
     try:
         for name, context in (("system", system), ("history", [*system, *HISTORY])):
             scorer = EngineCompletenessScorer(engine, Const(0.5), context=lambda c=context: c, timeout_s=30.0)
             raw, hidden = states(engine, scorer, texts)
             p = np.array([probe.probability(h) for h in hidden])
-            figures[name] = (summary(p, labels, groups), summary(raw, labels, groups), p, raw)
+            results[name] = (figures(p, labels, groups, n), figures(raw, labels, groups, n), p, raw)
     finally:
         engine.close()
     whole = [i for i, t in enumerate(texts) if t in commands]
     assert len(whole) == 3
-    for name, (ours, theirs, p, raw) in figures.items():
+    for name, (ours, theirs, p, raw) in results.items():
         assert ours["mean_auc"] >= 0.93 and ours["mean_auc"] >= theirs["mean_auc"] - 0.03, (name, ours, theirs)
         assert ours["complete_median"] >= 0.8 > theirs["complete_median"], (name, ours, theirs)
         assert ours["prefix_median"] <= 0.05, (name, ours)
@@ -256,4 +262,9 @@ def test_the_shipped_probe_ranks_whole_sentences_above_their_prefixes_on_sentenc
         # host's AVX2 int8 kernels; < 0.6 on the AVX-512 hosts before), each by a clear margin
         assert (p[whole] >= 0.8).all() and (raw[whole] < 0.7).all(), (name, p[whole], raw[whole])
         assert (p[whole] - raw[whole] >= 0.2).all(), (name, p[whole], raw[whole])
-    assert figures["history"][0]["prefix_above_half"] <= figures["system"][0]["prefix_above_half"] + 0.03, figures
+        # whole short answers ("Thanks a lot!", "Not yet."): 0.69 / 0.72 median on a Zen 1 host
+        # (the raw P 0.30 / 0.35; the probe fit on requests alone 0.22 / 0.27), while their
+        # unfinished starts ("What about", "Sure, but make it") stay low
+        assert ours["answers_median"] >= 0.6 and ours["answers_median"] - theirs["answers_median"] >= 0.2, (name, ours)
+        assert ours["answer_prefixes_above_half"] <= 0.15, (name, ours)
+    assert results["history"][0]["prefix_above_half"] <= results["system"][0]["prefix_above_half"] + 0.03, results

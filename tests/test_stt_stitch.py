@@ -297,6 +297,20 @@ def test_forced_cut_of_a_long_unstable_buffer_keeps_every_word_once():
     assert [int(w.norm[1:-1]) for w in final.words] == list(range(len(spoken)))
 
 
+@pytest.mark.parametrize("after_s, from_stable", [(None, False), (10.0, False), (4.0, True)])
+def test_a_pause_decode_in_a_long_buffer_starts_at_the_stable_words(after_s, from_stable):
+    spoken = [(f"w{i}", 0.4 * i, 0.4 * (i + 1)) for i in range(20)]  # 8 s of speech, then a pause
+    decoder = ScriptedWhisper(spoken)
+    starts = []
+    encode = decoder._encode
+    decoder._encode = lambda audio: starts.append(float(audio[0])) or encode(audio)
+    _, events, final = run_utterance(decoder, 8.0, pauses=(8.0,), pause_from_stable_after_s=after_s)
+    assert events[-1].kind == "preflight" and final.decode_s == 0.0  # the pause decode was the final
+    # the whole buffer, or from 1 s (cut_context_s) before the first unstable word
+    assert (starts[-1] > 5.0) if from_stable else starts[-1] == 0.0
+    assert [w.norm for w in final.words] == [f"w{i}" for i in range(20)]  # every word once either way
+
+
 def test_punctuation_at_a_pause_waits_for_the_next_words():
     # a ~100 ms pause inside a sentence: "sugar." then "for the cake." reads "sugar for the cake."
     h = HypothesisBuffer()

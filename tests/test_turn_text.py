@@ -5,8 +5,9 @@ import pytest
 
 from parley.errors import ModelNotFoundError
 from turn_detection.completeness import CompletenessScorer, normalize
+from turn_detection.training import sentences
 from turn_detection.training.sentences import TEST, TRAIN, VALIDATION
-from turn_detection.training.text_corpus import examples
+from turn_detection.training.text_corpus import examples, text_prefixes
 from turn_detection.training.train_text import fit, ranking
 
 
@@ -56,6 +57,27 @@ def test_fit_learns_from_prefixes():
     small = fit(texts, labels, l2=1.0, bits=12)
     assert ranking(small, TRAIN[:60])["mean_auc"] > 0.97  # fits what it saw
     assert ranking(small, VALIDATION[:40])["mean_auc"] > 0.8  # and carries some of it over
+
+
+@pytest.mark.unit
+def test_a_prefix_that_is_a_whole_answer_is_not_called_unfinished():
+    texts, labels, groups = text_prefixes(["Yes, and add milk.", "Okay then."], wholes=("Yes.", "Okay!"))
+    assert texts == ["Yes, and", "Yes, and add", "Yes, and add milk.", "Okay then."]
+    assert labels.tolist() == [0, 0, 1, 1] and groups.tolist() == [0, 0, 0, 1]
+    plain, plain_labels, _ = text_prefixes(["Yes, and add milk."])
+    assert plain[0] == "Yes," and plain_labels[0] == 0  # no wholes given: every prefix is one
+
+
+@pytest.mark.unit
+def test_the_answers_split_three_ways_and_share_no_line_with_the_requests():
+    splits = (sentences.ANSWERS_TRAIN, sentences.ANSWERS_VALIDATION, sentences.ANSWERS_TEST)
+    assert [len(s) for s in splits] == [48, 24, 24]
+    norm = [{" ".join(normalize(x)) for x in s} for s in splits]
+    assert sum(len(s) for s in norm) == 96 and not (norm[0] & norm[1] or norm[0] & norm[2] or norm[1] & norm[2])
+    from turn_detection.training.families import family_sentences
+
+    requests = {" ".join(normalize(x)) for x in TRAIN + VALIDATION + TEST + family_sentences()}
+    assert not set().union(*norm) & requests
 
 
 @pytest.mark.unit

@@ -303,3 +303,17 @@ _TRAIN_3: tuple[str, ...] = (
 )
 TRAIN: tuple[str, ...] = (*(s for i, s in enumerate(_ORIGINAL) if i % 4 != 3), *_NEW_TRAIN, *_TRAIN_3,
                           *_read("train-4"))
+
+# Short conversational turns (requests/answers.txt): the answers, acknowledgements and short
+# follow-ups a user gives once the agent has spoken ("Yes, please.", "What about Friday?"). The
+# request sentences above are all whole requests, so a text witness fit on them alone gave
+# whole short turns 0.06-0.85 ("Thank you" 0.10, "Sure" 0.28) and the turn waited ~2 s for the
+# policy's limit. Split by line: every 4th (from the 4th) is TEST, every 4th from the 3rd
+# VALIDATION, the rest TRAIN; read by the text probe (pipeline.turn_probe) alone. Answers that
+# are only a time, a place or a purpose ("At noon.", "In the kitchen.") begin requests too, and
+# raised request prefixes such as "After dinner," to 0.50; swapping six of them for other
+# answers did not lower the share of request prefixes above 0.5 (MODEL_CARD.md, eleventh card).
+_ANSWERS = _read("answers")
+ANSWERS_TRAIN: tuple[str, ...] = tuple(s for i, s in enumerate(_ANSWERS) if i % 4 in (0, 1))
+ANSWERS_VALIDATION: tuple[str, ...] = tuple(s for i, s in enumerate(_ANSWERS) if i % 4 == 2)
+ANSWERS_TEST: tuple[str, ...] = tuple(s for i, s in enumerate(_ANSWERS) if i % 4 == 3)

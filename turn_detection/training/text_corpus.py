@@ -30,9 +30,14 @@ def examples(sentences: list[str] | tuple[str, ...]) -> tuple[list[list[str]], n
     return _cuts([normalize(s) for s in sentences])
 
 
-def text_prefixes(sentences: list[str] | tuple[str, ...]) -> tuple[list[str], np.ndarray, np.ndarray]:
+def text_prefixes(sentences: list[str] | tuple[str, ...], wholes: tuple[str, ...] = ()
+                  ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """As `examples`, but the text as written (case and inner punctuation kept, cut at spaces):
-    what a witness that reads the STT's text, like the voice LLM, sees.
+    what a witness that reads the STT's text, like the voice LLM, sees. A prefix that is itself
+    one of `wholes` (by its normalized words: "Yes," of "Yes, and add milk" when "Yes." is a
+    whole turn) is left out rather than called unfinished.
     -> (texts, labels, sentence index of each example)."""
     cut, labels, groups = _cuts([s.split() for s in sentences])
-    return [" ".join(words) for words in cut], labels, groups
+    whole = {tuple(normalize(w)) for w in wholes}
+    keep = [i for i, words in enumerate(cut) if labels[i] > 0 or tuple(normalize(" ".join(words))) not in whole]
+    return [" ".join(cut[i]) for i in keep], labels[keep], groups[keep]
