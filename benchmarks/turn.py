@@ -8,9 +8,8 @@ cutoffs are also counted apart on complete turns (only the speaker's own comma-l
 and on paused ones (an inserted mid-sentence pause), and per synthesizer family.
 
 With `stt=True` our detector runs with the real streaming STT in the loop: each clip is
-replayed through stt.StreamingTranscriber (every due decode done), and each interim /
-preflight text reaches push_transcript at its real time: the stream time of the newest audio
-it covers plus the wall time it took to come back (`turn_stt.stt_timeline`)."""
+replayed through stt.StreamingTranscriber in real time, and each interim / preflight text
+reaches push_transcript when the session would have had it (`turn_stt.stt_timeline`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ transcripts at their real times (benchmarks/turn_stt.py cache).
 
     python -m turn_detection.training.loso --data DIR --stt-cache FILE [--out eot_policy.json]
         [--cap 0.03] [--cap-complete 0.01] [--report FILE.json]
-        [--pauses DIR [--witness acoustic --weights-out FILE]]
+        [--pauses DIR [--witness acoustic --weights-out FILE]] [--baseline POLICY.json]
 
 Each clip is streamed once through the detector (prosody only, a policy that never ends a
 turn), recording per VAD window its silence and prosodic P; the text P per window is the
@@ -112,6 +112,12 @@ def family_scores(traces: list[Trace], texts: list[np.ndarray], kinds: list[str]
     return [agg for _, agg in sorted(out, key=lambda pa: order[id(pa[0])])]
 
 
+def policy_rates(policy: EndpointingPolicy, clips: list[tuple[Trace, np.ndarray, str]]) -> dict:
+    """One policy's rates on (trace, text P, kind) of some clips."""
+    (agg,) = family_scores([t for t, _, _ in clips], [x for _, x, _ in clips], [k for _, _, k in clips], [policy])
+    return rates(agg)
+
+
 def rates(agg: dict) -> dict:
     n, cuts = agg["n"], agg["cuts"]
     return {"n": n, "false_cutoff_rate": cuts / n, "false_cutoff_complete": agg["cuts_complete"] / max(agg["n_complete"], 1),
@@ -180,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     "LLM's, benchmarks/turn_llm_text.py) used instead of the detector's own word scorer")
     ap.add_argument("--pauses", help="a training/pauses.py cache: refit the prosodic model per fold "
                     "(without the held-out family's synthesizer) and write it to --weights-out")
+    ap.add_argument("--baseline", help="a policy file (e.g. the one shipped now) scored on every family beside "
+                    "the chosen ones, on the same traces")
     ap.add_argument("--per-voice", type=int, default=80)
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--l2", type=float, default=None, help="the audio model's L2 (default: 10 prosodic, 100 acoustic)")
@@ -248,6 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         for f in families:
             print(f"  {f:11s} " + "FC {false_cutoff_rate:.1%} (complete {false_cutoff_complete:.1%}), mean {latency_mean_s:.3f} s".format(
                 **rates(family_of(frozenset([f]), f)[i])))
+    if args.baseline:
+        base = EndpointingPolicy.load(args.baseline)
+        report["baseline"] = {"policy": asdict(base), "families": {
+            f: policy_rates(base, [(ftraces[k].with_classifier(models[frozenset([f])]), texts[k], c.kind)
+                                   for k, c in enumerate(clips) if c.family == f]) for f in families}}
+        for f, r in report["baseline"]["families"].items():
+            print(f"  baseline {f:11s} " + "FC {false_cutoff_rate:.1%} (complete {false_cutoff_complete:.1%}), "
+                  "mean {latency_mean_s:.3f} s".format(**r))
     if args.report:
         Path(args.report).write_text(json.dumps(report, indent=2))
     return 0
