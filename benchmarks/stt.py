@@ -209,11 +209,15 @@ def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, rea
     r = replay(st, x, realtime=realtime, flush_at_s=speech_end + flush_delay_s)
     st.wait_idle(10)  # abandoned decodes finish before the next turn
     interims = [e for e in r.events if e.kind in ("interim", "preflight")]
+    preflights = [e for e in interims if e.kind == "preflight"]
     gaps = [b.audio_time_s - a.audio_time_s for a, b in itertools.pairwise(interims)]
     decode = sum(e.decode_s for e in r.events) + r.final.decode_s
     out = {"final": r.final.text, "final_latency_s": r.final.latency_s, "final_decode_s": r.final.decode_s,
            "no_new_decode": r.final.decode_s == 0.0,
-           "interims": len(interims), "preflight": any(e.kind == "preflight" for e in interims),
+           "interims": len(interims), "preflight": bool(preflights),
+           # when the last preflight came, after the speech (before the flush, or it has none)
+           "preflight_ms": 1000 * (preflights[-1].audio_time_s - clock0 + preflights[-1].latency_s - speech_end)
+           if preflights else None,
            "interim_gap_s": statistics.median(gaps) if gaps else None,
            "interim_latency_s": statistics.median([e.latency_s for e in interims]) if interims else None,
            "decode_s": decode, "wall_s": r.wall_s, "cpu_s": r.cpu_s}
@@ -237,6 +241,8 @@ def summarize(rows: list[dict], delay: float) -> dict:
         "interim_latency_ms_median": 1000 * statistics.median(
             [r["interim_latency_s"] for r in rows if r["interim_latency_s"] is not None] or [float("nan")]),
         "preflight_rate": sum(r["preflight"] for r in rows) / len(rows),
+        **{f"preflight_ms_p{q}": pct(pre, q) if pre else None for q in (50, 90)
+           for pre in [[r["preflight_ms"] for r in rows if r.get("preflight_ms") is not None]]},
         "stream_rtf": sum(r["decode_s"] for r in rows) / audio_s,
         "stream_cpu_cores": sum(r["cpu_s"] for r in rows) / sum(r["wall_s"] for r in rows),
         "wer_stream": wer(refs, [r["final"] for r in rows]),
@@ -272,6 +278,7 @@ VARIANTS = {
     "stable-never": {"pause_from_stable_after_s": None},
     "commit-any": {"commit_min_probability": 0.0},  # LocalAgreement-2 alone (before 2026-12-07)
     "commit-p0.7": {"commit_min_probability": 0.7},
+    "late-preflight": {"early_preflight": False},  # the preflight after the word alignment
 }
 
 

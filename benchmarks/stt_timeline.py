@@ -5,6 +5,7 @@ its wall times; `turn_timeline` puts them on the replay's clock, in ms after the
 speech (the clip's last loud 10 ms frame): when the speech gate's last speech window ended
 (Silero's lag), when the decode the final came from was planned (the pause decision), how
 long it queued for a decode thread, its encoder and text (generate + word alignment) time,
+when its words were ready before their alignment (its preflight went out then),
 how much of it ran beside another decode (an interim on the other replica), when the flush
 came and when the final was ready."""
 
@@ -61,12 +62,14 @@ def turn_timeline(jobs: list, t0_wall: float, speech_end_s: float, flush_delay_s
         "encode_ms": 1000 * last.stages.get("encode_s", 0.0),
         "text_ms": 1000 * last.stages.get("text_s", 0.0),
         "decode_ended_ms": ms(last.ended_wall),
+        **({"text_ready_ms": ms(last.text_wall)} if last.text_wall else {}),
         "beside_other_decode_ms": 1000 * sum(_overlap(last, j) for j in beside),
     })
     return out
 
 
-TIMELINE_KEYS = ("gate_speech_end_ms", "planned_ms", "queued_ms", "encode_ms", "text_ms", "decode_ended_ms",
+TIMELINE_KEYS = ("gate_speech_end_ms", "planned_ms", "queued_ms", "encode_ms", "text_ms", "text_ready_ms",
+                 "decode_ended_ms",
                  "beside_other_decode_ms", "flush_ms", "final_ms", "decodes", "abandoned", "tentative",
                  "tentative_to_interim")
 
@@ -91,6 +94,7 @@ def timeline_table(summary: dict) -> str:
             ("  queued for a decode thread", "queued_ms"),
             ("  encoder", "encode_ms"),
             ("  generate + word alignment", "text_ms"),
+            ("  words ready, before their alignment", "text_ready_ms"),
             ("  beside another decode", "beside_other_decode_ms"),
             ("  ended", "decode_ended_ms"),
             ("flush", "flush_ms"),

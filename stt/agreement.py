@@ -67,6 +67,12 @@ class HypothesisBuffer:
         self._prev_horizon = float("inf")  # the previous decode's horizon
         self._held: Word | None = None  # the last stable word with the punctuation held back
 
+    def copy(self) -> HypothesisBuffer:
+        other = HypothesisBuffer(self.min_probability)
+        other.committed, other.tail = list(self.committed), list(self.tail)
+        other.stable_end, other._prev_horizon, other._held = self.stable_end, self._prev_horizon, self._held
+        return other
+
     def _new_part(self, words: list[Word], from_s: float = 0.0) -> list[Word]:
         """The words of a decode of the buffer from `from_s` on that come after the stable ones."""
         # only stable words whose audio the decode has can be in it again: in a decode that
@@ -110,10 +116,13 @@ class HypothesisBuffer:
             self.committed.extend(words)
             self.stable_end = max(self.stable_end, words[-1].end)
 
-    def commit_all(self, words: list[Word], from_s: float = 0.0, hold_end: bool = False) -> None:
+    def commit_all(self, words: list[Word], from_s: float = 0.0, hold_end: bool = False,
+                   skip: int | None = None) -> None:
         """The decode covers a finished stretch of speech: all of it is stable. `hold_end`:
-        keep back the punctuation that ends it until we know whether speech follows."""
-        new = self._new_part(words, from_s)
+        keep back the punctuation that ends it until we know whether speech follows. `skip`:
+        the decode's first `skip` words are known to say the stable words again (by text, see
+        Utterance.preview); None: aligned here by text and time."""
+        new = self._new_part(words, from_s) if skip is None else list(words[skip:])
         self.commit(new)
         self.tail = []
         last = self.committed[-1] if new else None

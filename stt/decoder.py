@@ -67,7 +67,8 @@ class WhisperDecoder:
 
     def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, *,
                stages: dict[str, float] | None = None,
-               cancelled: Callable[[], bool] | None = None) -> tuple[list[Word], float]:
+               cancelled: Callable[[], bool] | None = None,
+               on_text: Callable[[list[Word]], None] | None = None) -> tuple[list[Word], float]:
         """audio: [N] float32 16 kHz, N <= 30 s. Returns (words, seconds spent).
 
         `prompt`: text said before the audio (context). (Giving the audio's stable first words
@@ -80,7 +81,13 @@ class WhisperDecoder:
         returns no words. A superseded interim so gives its core back ~half-way (the encoder was
         ~45% of a decode), or at least skips the alignment: an interim in its generate when the
         user stopped ran on beside the pause decode, its alignment too (~55 ms of one Zen 1 core
-        for 2-3 s of speech, against a generate of 140-195 ms at beam 5)."""
+        for 2-3 s of speech, against a generate of 140-195 ms at beam 5).
+
+        `on_text`: called (on this thread) with the words once the generate has them, before
+        their word alignment (64-72 ms of one Zen 1 core for 2.4-4.4 s of speech, 12% of a
+        pause decode): the same words `decode` returns, with no times yet (each at the
+        audio's end). Only called when the alignment cannot change them (`repeat_free`), and
+        not for an abandoned decode."""
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
@@ -92,7 +99,7 @@ class WhisperDecoder:
             return [], t1 - t0
         end_s = len(audio) / SAMPLE_RATE
         beam = beam_size or self.config.beam_size
-        words = self._words(enc, prompt, beam, end_s, cancelled)
+        words = self._words(enc, prompt, beam, end_s, cancelled, on_text)
         if cancelled is not None and cancelled():
             if stages is not None:
                 stages["text_s"] = time.perf_counter() - t1
@@ -115,9 +122,10 @@ class WhisperDecoder:
         return m.encode(pad_or_trim(features[:, :content_frames], window)), content_frames
 
     def _words(self, encoded: tuple[object, int], prompt: str, beam_size: int | None, end_s: float,
-               cancelled: Callable[[], bool] | None = None) -> list[Word]:
+               cancelled: Callable[[], bool] | None = None,
+               on_text: Callable[[list[Word]], None] | None = None) -> list[Word]:
         """One generate + word alignment on the encoded window (from `_encode`); no words, and
-        no alignment, when `cancelled` says True after the generate."""
+        no alignment, when `cancelled` says True after the generate; `on_text` as in `decode`."""
         m, (enc, content_frames) = self.model, encoded
         # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
         previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
@@ -131,11 +139,24 @@ class WhisperDecoder:
             return []
         if cancelled is not None and cancelled():
             return []
+        if on_text is not None:
+            unaligned = self._unaligned(tokens, end_s)
+            if repeat_free(unaligned):
+                on_text(unaligned)
         aligned = m.find_alignment(self.tokenizer, [tokens], enc, content_frames)[0]
         words: list[Word] = []
         for w in aligned:
             append_word(words, w["word"], min(float(w["start"]), end_s), min(float(w["end"]), end_s),
                         float(w["probability"]))
+        return words
+
+
+    def _unaligned(self, tokens: list[int], end_s: float) -> list[Word]:
+        """The words `find_alignment` makes of `tokens` (its split), each at `end_s`."""
+        pieces, _ = self.tokenizer.split_to_word_tokens([*tokens, self.tokenizer.eot])
+        words: list[Word] = []
+        for piece in pieces[:-1]:  # the last piece is the end-of-text token
+            append_word(words, piece, end_s, end_s, 1.0)
         return words
 
 
@@ -160,6 +181,12 @@ def drop_unheard_repeat(words: list[Word], other_decode: Callable[[], list[Word]
         return words
     keep = max(1, _copies(other_decode(), words[-n:]))
     return words[:len(words) - n * max(0, copies - keep)]
+
+
+def repeat_free(words: list[Word]) -> bool:
+    """`drop_unheard_repeat` leaves `words` as they are, whatever their times: their last word
+    was not said before them (both of its cuts need that)."""
+    return bool(words) and all(w.norm != words[-1].norm for w in words[:-1])
 
 
 def _drop_unheard_tail(words: list[Word]) -> list[Word]:

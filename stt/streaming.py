@@ -47,9 +47,12 @@ class StreamingTranscriber:
         self._pool = ThreadPoolExecutor(self.config.decode_workers, thread_name_prefix="stt-decode")
         self._running: list[DecodeJob] = []  # decodes in flight, abandoned ones included
         self._done: list[tuple[DecodeJob, BaseException | None]] = []
+        self._texts: list[DecodeJob] = []  # decodes whose words came before their alignment
         self._live: list[DecodeJob] = []  # worker only: this utterance's decodes whose result counts
         self._held: list[DecodeJob] = []  # worker only: finished, not yet applied (tentative ones wait)
-        self._flush_waits_for: DecodeJob | None = None  # worker only: the decode the final will be
+        self._waiting_text: list[DecodeJob] = []  # worker only: words came early, not yet previewed
+        # worker only: the decode the flush waits for (the one the final will be, or a previewed one)
+        self._flush_waits_for: DecodeJob | None = None
         self._final_decode_s = 0.0  # worker only: decode time of this turn's "final" decodes
         self._utt = Utterance(self.config, self._decoder, self._gate, prompt, 0)
         self._thread = threading.Thread(target=self._run, name="stt-worker", daemon=True)
@@ -168,7 +171,7 @@ class StreamingTranscriber:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _decode_due(self) -> bool:
-        if self._flush is not None:
+        if self._flush is not None or self._previewing():
             return False
         kind = self._utt.due()
         if kind == "interim":  # interims only on an idle model: they are never worth a wait
@@ -179,7 +182,7 @@ class StreamingTranscriber:
         with self._cond:
             self._busy = False
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._closed or self._inbox or self._dropped or self._done
+            self._cond.wait_for(lambda: self._closed or self._inbox or self._dropped or self._done or self._texts
                                 or self._reset_to is not None or self._decode_due()
                                 or (self._flush is not None and self._flush_waits_for is None))
             if self._closed:
@@ -191,6 +194,7 @@ class StreamingTranscriber:
             dropped, self._dropped = self._dropped, []
             chunks, self._inbox = self._inbox, []
             done, self._done = self._done, []
+            texted, self._texts = self._texts, []
             flush, turn = self._flush, self._utt.turn
             self._utt.prompt = self._prompt
         for samples, _t0, _wall, probs in dropped:
@@ -207,6 +211,7 @@ class StreamingTranscriber:
             self._held.remove(job)
             if job in self._live:
                 self._apply(job, turn)
+        self._preview(texted, turn)
         if flush is not None:
             self._advance_flush(flush)
         elif (kind := self._utt.due()) is not None:
@@ -232,6 +237,23 @@ class StreamingTranscriber:
             if event is not None and self._turn == turn:
                 self._outbox.append(event)
 
+    def _previewing(self) -> bool:
+        """A pause decode's preflight went out before its alignment, which is still running:
+        nothing is planned or abandoned until it is applied (for the next decode's prompt and
+        cut, the stable words need their times), ~65 ms on one core."""
+        return any(j.skip is not None for j in self._live)
+
+    def _preview(self, texted: list[DecodeJob], turn: int) -> None:
+        """Send the preflight of each pause decode whose words came before their alignment
+        (tentative ones once they count as pause decodes; the rest when they end, as always)."""
+        self._waiting_text = [j for j in self._waiting_text + texted if j in self._live and j.skip is None]
+        for job in [j for j in self._waiting_text if j.settled]:
+            self._waiting_text.remove(job)
+            event = self._utt.preview(job)
+            with self._cond:
+                if event is not None and self._turn == turn:
+                    self._outbox.append(event)
+
     def _settle_tentative(self, confirm: bool) -> None:
         """A tentative pause decode becomes a pause decode once the pause holds (or the turn
         ends: `confirm`), an interim once speech comes back before that."""
@@ -256,7 +278,7 @@ class StreamingTranscriber:
     def _decode(self, job: DecodeJob) -> None:  # on a decode thread
         error = None
         try:
-            job.run(self._decoder)
+            job.run(self._decoder, on_text=self._text_ready if self.config.early_preflight else None)
             if self._on_decode is not None:
                 self._on_decode(job)
         except Exception as e:  # handed to the worker, which fails the transcriber
@@ -266,8 +288,14 @@ class StreamingTranscriber:
             self._done.append((job, error))
             self._cond.notify_all()
 
-    def _abandon(self, which) -> None:
-        for job in [j for j in self._live if which(j)]:
+    def _text_ready(self, job: DecodeJob) -> None:  # on a decode thread, before the alignment
+        with self._cond:
+            self._texts.append(job)
+            self._cond.notify_all()
+
+    def _abandon(self, which, previewed: bool = False) -> None:
+        """Give up the live decodes `which` picks; a previewed one only with `previewed`."""
+        for job in [j for j in self._live if which(j) and (previewed or j.skip is None)]:
             job.abandoned = True
             self._live.remove(job)
 
@@ -276,6 +304,10 @@ class StreamingTranscriber:
         if self._flush_waits_for is not None:
             return
         covering = next((j for j in self._live if utt.covered(j)), None)
+        previewed = next((j for j in self._live if j.skip is not None and j is not covering), None)
+        if previewed is not None:  # its words go before what the flush decides: wait for them
+            self._flush_waits_for = previewed
+            return
         if covering is not None:  # a pause (or the final) decode in flight has all the speech
             self._abandon(lambda j: j is not covering)
             self._flush_waits_for = covering
@@ -287,8 +319,9 @@ class StreamingTranscriber:
         self._finish_turn(flush, event)
 
     def _new_utterance(self, turn: int) -> None:
-        self._abandon(lambda j: True)
+        self._abandon(lambda j: True, previewed=True)
         self._held.clear()
+        self._waiting_text.clear()
         self._flush_waits_for = None
         self._final_decode_s = 0.0
         self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, turn)

@@ -5,6 +5,7 @@ decodes it plans (`DecodeJob`) may run on other threads, their results come back
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,11 +43,24 @@ class DecodeJob:
     started_wall: float = 0.0
     ended_wall: float = 0.0
     stages: dict = field(default_factory=dict)  # encode_s, text_s (see WhisperDecoder.decode)
+    # its words before their alignment (no times), when the decoder gave them (see `run`)
+    text_words: list | None = None
+    text_wall: float = 0.0
+    # set by Utterance.preview: how many of its words say the stable words again (the rest
+    # are new); its preflight went out before its alignment, so it must be applied as previewed
+    skip: int | None = None
 
-    def run(self, decoder: WhisperDecoder) -> DecodeJob:
+    def run(self, decoder: WhisperDecoder, on_text: Callable[[DecodeJob], None] | None = None) -> DecodeJob:
+        """Decode. `on_text(job)`: called on this thread once `text_words` is set (the words
+        before their alignment); never when the decoder cannot give them early."""
+        def text(words: list[Word]) -> None:
+            self.text_words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
+            self.text_wall = time.perf_counter()
+            on_text(self)
+
         self.started_wall = time.perf_counter()
         words, self.dt = decoder.decode(self.audio, self.prompt, self.beam, stages=self.stages,
-                                        cancelled=lambda: self.abandoned)
+                                        cancelled=lambda: self.abandoned, on_text=None if on_text is None else text)
         self.words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
         self.ended_wall = time.perf_counter()
         return self
@@ -155,7 +169,8 @@ class Utterance:
         if job.kind != "interim":
             # a finished stretch of speech: its decode is what flush would return, so it is
             # stable now (whisper_streaming's VAD-segment finish); see restart_at_pause
-            self.hyp.commit_all(job.words, start / SAMPLE_RATE, hold_end=job.kind == "pause")
+            skip = job.skip if job.skip is not None and _norms(job.words) == _norms(job.text_words) else None
+            self.hyp.commit_all(job.words, start / SAMPLE_RATE, hold_end=job.kind == "pause", skip=skip)
             self.complete_upto = job.n
             if self.config.restart_at_pause:
                 self.start = max(self.start, job.n)
@@ -164,15 +179,40 @@ class Utterance:
         else:
             self.hyp.insert(job.words, job.n / SAMPLE_RATE - self.config.commit_guard_s, start / SAMPLE_RATE)
             self._trim()
-        text = join_words(self.hyp.committed + self.hyp.tail)
-        stable = join_words(self.hyp.committed)
-        kind = "preflight" if job.kind == "pause" and stable and not self.hyp.tail else "interim"
+        return self._changed(self.hyp, job.kind == "pause", job.dt, push_wall)
+
+    def preview(self, job: DecodeJob, push_wall: float | None = None) -> TranscriptEvent | None:
+        """The preflight of a pause decode whose words are known (`job.text_words`) but not yet
+        aligned: the event `apply` will make of them, sent a word alignment earlier. Only when
+        their text alone says which of them are the stable words heard again: all the stable
+        words the decode has audio of, in order, begin its words (else None, nothing changes,
+        and `apply` aligns by time as always). Sets `job.skip`, which `apply` then follows:
+        once sent, a preflight's stable text stays."""
+        words = job.text_words
+        if job.kind != "pause" or not words or job.skip is not None:
+            return None
+        from_s = job.start / SAMPLE_RATE
+        stable = [w.norm for w in self.hyp.committed if w.end > from_s]
+        if stable != _norms(words[:len(stable)]):
+            return None
+        job.skip = len(stable)
+        hyp = self.hyp.copy()
+        hyp.commit_all(words, from_s, hold_end=True, skip=job.skip)
+        return self._changed(hyp, True, job.text_wall - job.started_wall, push_wall)
+
+    def _changed(self, hyp: HypothesisBuffer, pause: bool, dt: float,
+                 push_wall: float | None) -> TranscriptEvent | None:
+        """The interim or preflight event of `hyp` (after a pause decode: `pause`), None when
+        its text did not change."""
+        text = join_words(hyp.committed + hyp.tail)
+        stable = join_words(hyp.committed)
+        kind = "preflight" if pause and stable and not hyp.tail else "interim"
         if text == self.last_text and (kind == "interim" or stable == self.preflight_text):
             return None
         self.last_text = text
         if kind == "preflight":
             self.preflight_text = stable
-        return self._event(kind, text, stable, self.hyp.committed + self.hyp.tail, job.dt,
+        return self._event(kind, text, stable, hyp.committed + hyp.tail, dt,
                            time.perf_counter() - (self.push_wall if push_wall is None else push_wall))
 
     def step(self) -> TranscriptEvent | None:
@@ -237,3 +277,7 @@ class Utterance:
                latency: float) -> TranscriptEvent:
         return TranscriptEvent(kind=kind, text=text, stable_text=stable, words=self._to_stream(words),
                                audio_time_s=self.stream_s, latency_s=latency, decode_s=dt, turn=self.turn)
+
+
+def _norms(words: list[Word] | None) -> list[str]:
+    return [w.norm for w in words or []]

@@ -202,6 +202,118 @@ def test_a_pause_with_both_replicas_busy_gives_up_their_interims_at_once():
     assert decoder.calls == 1
 
 
+# -- a pause decode's preflight goes out before its word alignment ---------------------------
+def _preflights(st: StreamingTranscriber, until, events: list) -> None:
+    """Poll `st` into `events` until `until()` holds."""
+    def polled() -> bool:
+        events.extend(st.poll())
+        return bool(until())
+    wait_until(polled)
+
+
+@pytest.mark.unit
+def test_a_pause_decodes_preflight_goes_out_before_its_word_alignment():
+    # the turn detector waits for these words; the alignment (~65 ms of one Zen 1 core) only
+    # gives them times, which the preflight does not need
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.05, align_s=0.5, scale=SCALE)
+    events: list = []
+    with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
+        _push(st, 0.0, 2.048, 1.0)
+        _push(st, 2.048, 2.048 + 0.128, 0.0)  # the pause holds
+        _preflights(st, lambda: any(e.kind == "preflight" for e in events), events)
+        assert decoder.log == []  # the decode is still aligning
+        wait_until(lambda: len(decoder.log) == 1)
+        assert st.wait_idle(10)
+        events += st.poll()  # the aligned words say nothing new: no second event
+        final = st.flush(timeout=10)
+    assert [(e.kind, e.text, e.stable_text) for e in events] == [
+        ("preflight", "Do you have any tips for a beginner", "Do you have any tips for a beginner")]
+    assert final.text == "Do you have any tips for a beginner?" and len(decoder.log) == 1
+    assert [round(w.start, 2) for w in final.words][:3] == [0.0, 0.25, 0.5]  # the aligned times
+
+
+@pytest.mark.unit
+def test_no_early_preflight_when_the_stable_words_were_heard_differently():
+    # each decode hears the words a little differently ("Doa", then "Dob"): which of them say
+    # the stable words again takes their times, so that preflight waits for the alignment
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.05, align_s=0.4, scale=SCALE, unstable=True)
+    events: list = []
+    with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
+        _push(st, 0.0, 1.024, 1.0)
+        _push(st, 1.024, 1.024 + 0.128, 0.0)  # a first pause: its preflight goes out early
+        _preflights(st, lambda: events, events)
+        assert decoder.log == []
+        assert st.wait_idle(10)
+        _push(st, 1.152, 2.048, 1.0)
+        _push(st, 2.048, 2.048 + 0.128, 0.0)
+        wait_until(lambda: decoder.early == 2)  # the second pause decode's words came early...
+        time.sleep(0.1)
+        assert st.poll() == []  # ...but not its preflight
+        wait_until(lambda: len(decoder.log) == 2)
+        final = st.flush(timeout=10)
+    assert final.text.startswith(events[0].stable_text)
+    # stitched by time as always: the first decode's stable words, then the second's new ones
+    assert final.text == "Dob youb haveb anyb tipsb fora aa beginner?a"
+
+
+@pytest.mark.unit
+def test_speech_after_an_early_preflight_waits_for_its_alignment():
+    # the user goes on while the previewed decode aligns: the next decode is planned once the
+    # stable words have their times, and every word is in the final once
+    spoken = SPOKEN + _timed("I mean for baking bread.", 2.4, 0.25)  # 2.4-3.65 s
+    decoder = ScriptedWhisper(spoken, delay_s=0.05, align_s=0.4, scale=SCALE)
+    events: list = []
+    with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
+        _push(st, 0.0, 2.048, 1.0)
+        _push(st, 2.048, 2.048 + 0.128, 0.0)
+        _preflights(st, lambda: any(e.kind == "preflight" for e in events), events)
+        t_preview = time.perf_counter()
+        _push(st, 2.176, 3.680, 1.0)  # speech again, at once (an interim is due)
+        _push(st, 3.680, 3.680 + 0.128, 0.0)
+        assert st.wait_idle(10)
+        final = st.flush(timeout=10)
+    [(_, aligned_at)] = [(s, e) for s, e in decoder.log if s < t_preview < e]  # the previewed one
+    later = [s for s, _ in decoder.log if s > t_preview]
+    assert later and all(s >= aligned_at for s in later), (decoder.log, t_preview)
+    assert final.text == "Do you have any tips for a beginner? I mean for baking bread."
+
+
+@pytest.mark.integration
+def test_the_words_before_the_alignment_are_the_decodes_words():
+    from stt import WhisperDecoder
+    from tests.speech import piper_speech
+
+    decoder = WhisperDecoder(TranscriberConfig())
+    early: list = []
+    aligned = []
+    align = decoder.model.find_alignment
+    decoder.model.find_alignment = lambda *a, **kw: aligned.append(1) or align(*a, **kw)
+    speech = piper_speech("The coffee costs $5.20 at the corner shop, doesn't it?")
+    words, _ = decoder.decode(speech, on_text=lambda w: early.append((list(w), len(aligned))))
+    assert len(early) == 1 and early[0][1] == 0  # once, before the alignment
+    before = early[0][0]
+    assert [(w.text, w.attached) for w in before] == [(w.text, w.attached) for w in words]
+    assert any(w.attached for w in before)  # split as the alignment splits: "5" + ".20"
+    end_s = len(speech) / 16_000
+    assert all(w.start == w.end == end_s for w in before)  # no times yet
+    assert any(w.end < end_s - 1.0 for w in words)  # the aligned ones have them
+
+
+@pytest.mark.unit
+def test_words_a_repeat_check_may_cut_are_not_given_before_the_alignment():
+    from stt.decoder import repeat_free
+    from tests.test_stt_stitch import W
+
+    assert repeat_free(W((" No,", 0, 0.4), (" I", 0.5, 0.6), (" said", 0.6, 0.9)))
+    assert not repeat_free(W((" No,", 0, 0.4), (" no.", 0.5, 0.9)))  # a loop, or said twice
+    assert not repeat_free(W((" Hello?", 0, 0.4), (" is", 0.5, 0.6), (" anyone", 0.6, 0.9), (" hello", 1, 1)))
+    assert not repeat_free([])
+    decoder = ScriptedWhisper(_timed("Including tax."), loop=True)  # 0-0.68 s
+    early: list = []
+    words, _ = decoder.decode(np.zeros(16_000, np.float32), prompt="The total.", on_text=early.append)
+    assert early == [] and [w.norm for w in words] == ["including", "tax"]  # the loop was cut
+
+
 @pytest.mark.unit
 def test_an_abandoned_decode_stops_after_the_encoder():
     decoder = ScriptedWhisper(SPOKEN, scale=SCALE)

@@ -12,7 +12,7 @@ import pytest
 
 from stt.agreement import HypothesisBuffer
 from stt.config import TranscriberConfig
-from stt.decoder import SAMPLE_RATE, WhisperDecoder, drop_unheard_repeat
+from stt.decoder import SAMPLE_RATE, WhisperDecoder, drop_unheard_repeat, repeat_free
 from stt.events import Word, append_word, join_words
 from stt.utterance import Utterance
 
@@ -186,10 +186,13 @@ class ScriptedWhisper(WhisperDecoder):
     wall times of each decode, for the flush tests (decodes may run on two threads)."""
 
     def __init__(self, spoken: list[tuple[str, float, float]], loop: bool = False, unstable: bool = False,
-                 partial: dict[str, str] | None = None, delay_s: float | list[float] = 0.0, scale: float = 1.0) -> None:
+                 partial: dict[str, str] | None = None, delay_s: float | list[float] = 0.0, scale: float = 1.0,
+                 align_s: float = 0.0) -> None:
         self.config = TranscriberConfig()
         self.spoken, self.loop, self.unstable = spoken, loop, unstable
         self.partial, self.delay_s, self.scale = partial or {}, delay_s, scale
+        self.align_s = align_s  # the word alignment's time, after the words went to `on_text`
+        self.early = 0  # decodes that gave their words before their alignment
         self.calls = 0
         self.cuts = 0  # decodes that heard a word cut short
         self.started = 0  # decodes begun
@@ -212,7 +215,7 @@ class ScriptedWhisper(WhisperDecoder):
         return float(audio[0]) * self.scale, 0
 
     def _words(self, encoded: tuple[float, int], prompt: str, beam_size: int | None, end_s: float,
-               cancelled=None) -> list[Word]:
+               cancelled=None, on_text=None) -> list[Word]:
         t0, _ = encoded
         with self._lock:
             self.calls += 1
@@ -231,6 +234,10 @@ class ScriptedWhisper(WhisperDecoder):
         words = W(*spec)
         if self.loop and prompt and end_s < 2.0 and len(words) >= 2:
             words += [Word(w.text, end_s, end_s) for w in words[-2:]]
+        if on_text is not None and repeat_free(words):  # as WhisperDecoder._words does
+            self.early += 1
+            on_text([Word(w.text, end_s, end_s, 1.0, w.attached) for w in words])
+        time.sleep(self.align_s)
         return words
 
 
