@@ -25,7 +25,9 @@ import numpy as np
 from parley.audio import ENGINE_RATE
 
 TAIL_S = 2.0  # audio replayed after the turn end: every policy has decided by then (max_wait <= 2.0 s)
-_MODE = "rt"  # in the cache key: timelines of the fast replay (no mode) are not reused
+# in the cache key: timelines of the fast replay (no mode) and those made before a pause
+# decode's preflight went out ahead of its word alignment ("rt") are not reused
+_MODE = "rt-early"
 
 
 def stt_timeline(decoder, audio: np.ndarray, turn_end: float) -> list[tuple[float, str]]:

@@ -150,7 +150,6 @@ class WhisperDecoder:
                         float(w["probability"]))
         return words
 
-
     def _unaligned(self, tokens: list[int], end_s: float) -> list[Word]:
         """The words `find_alignment` makes of `tokens` (its split), each at `end_s`."""
         pieces, _ = self.tokenizer.split_to_word_tokens([*tokens, self.tokenizer.eot])

@@ -278,7 +278,8 @@ class StreamingTranscriber:
     def _decode(self, job: DecodeJob) -> None:  # on a decode thread
         error = None
         try:
-            job.run(self._decoder, on_text=self._text_ready if self.config.early_preflight else None)
+            early = self.config.early_preflight and job.kind == "pause"  # only a pause decode previews
+            job.run(self._decoder, on_text=self._text_ready if early else None)
             if self._on_decode is not None:
                 self._on_decode(job)
         except Exception as e:  # handed to the worker, which fails the transcriber
