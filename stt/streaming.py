@@ -155,7 +155,8 @@ class StreamingTranscriber:
     # threads (one CTranslate2 replica each), so the worker keeps ingesting audio and answers
     # a flush while a decode runs: a flush takes a pause decode in flight that covers all the
     # speech, and never waits for one that does not (that one is abandoned, and the flush's
-    # own decode starts at once on the other replica).
+    # own decode starts at once on the other replica). A pause decode's words come to the
+    # worker before their word alignment; its preflight goes out then (`_preview`).
     def _run(self) -> None:
         try:
             while self._work_once():

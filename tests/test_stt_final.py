@@ -213,9 +213,9 @@ def _preflights(st: StreamingTranscriber, until, events: list) -> None:
 
 @pytest.mark.unit
 def test_a_pause_decodes_preflight_goes_out_before_its_word_alignment():
-    # the turn detector waits for these words; the alignment (~65 ms of one Zen 1 core) only
-    # gives them times, which the preflight does not need
-    decoder = ScriptedWhisper(SPOKEN, delay_s=0.05, align_s=0.5, scale=SCALE)
+    # the turn detector waits for these words; the alignment (~65 ms of one Zen 1 core; 1 s
+    # here, so a loaded machine cannot make the order flaky) only gives them times
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.05, align_s=1.0, scale=SCALE)
     events: list = []
     with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
         _push(st, 0.0, 2.048, 1.0)
@@ -236,7 +236,7 @@ def test_a_pause_decodes_preflight_goes_out_before_its_word_alignment():
 def test_no_early_preflight_when_the_stable_words_were_heard_differently():
     # each decode hears the words a little differently ("Doa", then "Dob"): which of them say
     # the stable words again takes their times, so that preflight waits for the alignment
-    decoder = ScriptedWhisper(SPOKEN, delay_s=0.05, align_s=0.4, scale=SCALE, unstable=True)
+    decoder = ScriptedWhisper(SPOKEN, delay_s=0.05, align_s=1.0, scale=SCALE, unstable=True)
     events: list = []
     with StreamingTranscriber(TranscriberConfig(interval_s=10.0), decoder=decoder) as st:
         _push(st, 0.0, 1.024, 1.0)
@@ -261,7 +261,7 @@ def test_speech_after_an_early_preflight_waits_for_its_alignment():
     # the user goes on while the previewed decode aligns: the next decode is planned once the
     # stable words have their times, and every word is in the final once
     spoken = SPOKEN + _timed("I mean for baking bread.", 2.4, 0.25)  # 2.4-3.65 s
-    decoder = ScriptedWhisper(spoken, delay_s=0.05, align_s=0.4, scale=SCALE)
+    decoder = ScriptedWhisper(spoken, delay_s=0.05, align_s=1.0, scale=SCALE)
     events: list = []
     with StreamingTranscriber(TranscriberConfig(interval_s=0.5), decoder=decoder) as st:
         _push(st, 0.0, 2.048, 1.0)
