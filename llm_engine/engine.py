@@ -337,6 +337,7 @@ class LLMEngine:
         if spec is not None:
             spec.plan(self.scheduler.running)  # drafts appended to decoding sequences
         batch = self.scheduler.schedule()
+        self.kv.copy_blocks(batch.copies)  # before anything writes the blocks they come from
         done = [self._finish(s, "abort") for s in self.scheduler.dropped if s.request_id in self.requests]
         self.scheduler.dropped.clear()
         if spec is not None:

@@ -23,6 +23,8 @@ class ScheduledBatch:
     num_tokens: list[int]  # new tokens computed for each sequence this step
     # speculative drafts at the end of each sequence's chunk (every one needs logits); [] = none
     num_draft: list[int] = field(default_factory=list)
+    # (src, dst) KV blocks to copy before the forward pass: prefix-cache tails taken at admission
+    copies: list[tuple[int, int]] = field(default_factory=list)
 
     def drafts(self, i: int) -> int:
         return self.num_draft[i] if self.num_draft else 0
@@ -94,7 +96,7 @@ class Scheduler:
             if not self.hints or len(self.running) >= self.max_num_seqs:
                 return
             seq = self.hints.popleft()
-            self.bm.match_prefix(seq)
+            batch.copies += self.bm.match_prefix(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
         n = min(seq.num_uncomputed, self.hint_chunk)
@@ -125,7 +127,7 @@ class Scheduler:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            self.bm.match_prefix(seq)
+            batch.copies += self.bm.match_prefix(seq)
             n = min(seq.num_uncomputed, budget)
             if not self.bm.allocate(seq, seq.num_computed_tokens + n):
                 self.bm.free_seq(seq)  # give back the prefix blocks it took; retry next step

@@ -85,8 +85,13 @@ def build_session(config: SessionConfig, components: Components, budget: Latency
     if config.prefill_ahead and components.engine is not None and components.llm is None:
         ahead = PrefillAhead(components.engine, lambda: _history(agent, config), trim=config.trim)
 
+    # With preemptive replies the preflight transcript IS the request, sent at once: a prefill
+    # ahead of it came ~5 ms before the reply and held it for a 70-135 ms step, computing
+    # the same tokens (the voice benchmark's engine trace, 2-core Zen 1)
+    ahead_kinds = ("interim",) if config.preemptive else ("interim", "preflight")
+
     def on_event(ev: HearingEvent) -> None:
-        if ahead is not None and ev.kind in ("interim", "preflight"):
+        if ahead is not None and ev.kind in ahead_kinds:
             ahead.update(ev.text, ev.t)
         if ev.kind == "speech_start":
             budget.open_turn(ev.t, ev.turn)

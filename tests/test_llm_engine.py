@@ -132,6 +132,63 @@ def test_cached_blocks_keep_their_tokens_compactly_and_still_hit():
     assert again.num_cached_tokens == 16 * 8
 
 
+def _freed(bm: BlockManager, toks: list[int], computed: int) -> Sequence:
+    seq = Sequence("s", list(toks), GREEDY)
+    bm.allocate(seq, len(toks))
+    seq.num_computed_tokens = computed
+    bm.commit_full_blocks(seq)
+    bm.free_seq(seq)
+    return seq
+
+
+@pytest.mark.unit
+def test_a_freed_partial_block_is_copied_for_the_prompt_that_continues_it():
+    bm = BlockManager(8, 4)
+    _freed(bm, list(range(10)), 10)  # blocks [0-3] [4-7] full, [8, 9] the tail
+    tail_block = bm.tails[bm.blocks[1].hash][0]
+    reply = Sequence("r", [*range(10), 50, 51, 52], GREEDY)  # the score's words + a header
+    copies = bm.match_prefix(reply)
+    assert reply.num_cached_tokens == 10 and reply.num_computed_tokens == 10
+    assert copies == [(tail_block, reply.block_table[2])] and reply.block_table[2] != tail_block
+    # a prompt that parts from the tail inside it takes only the common tokens
+    other = Sequence("o", [*range(9), 77, 78], GREEDY)
+    assert len(bm.match_prefix(other)) == 1 and other.num_cached_tokens == 9
+    # at least one token is left to compute (it yields the next-token logits)
+    same = Sequence("x", list(range(10)), GREEDY)
+    bm.match_prefix(same)
+    assert same.num_cached_tokens == 9
+
+
+@pytest.mark.unit
+def test_a_tail_is_forgotten_once_its_block_is_handed_out_again():
+    bm = BlockManager(4, 4)
+    _freed(bm, list(range(6)), 6)
+    assert len(bm.tails) == 1
+    filler = Sequence("f", [90 + i for i in range(16)], GREEDY)
+    assert bm.allocate(filler, 16)  # every block, the tail's too
+    assert bm.tails == {}
+    bm.free_seq(filler)
+    late = Sequence("l", list(range(8)), GREEDY)
+    assert bm.match_prefix(late) == [] and late.num_cached_tokens == 0
+    # a sequence with nothing computed past its full blocks leaves no tail
+    _freed(bm, list(range(8)), 8)
+    assert bm.tails == {}
+
+
+@pytest.mark.unit
+def test_tail_hits_equal_cold(model_dir, alone):
+    """A scored prompt's tail (engine.score_prompt, the turn detector's) serves the next
+    request that continues it mid-block; its tokens are those of a cold engine."""
+    eng = engine_for(model_dir)
+    words = PROMPTS[4][:29]  # 3 full blocks of 8 and 5 tokens
+    assert eng.score_prompt(words, [1, 2], timeout_s=30) is not None
+    out = eng.generate([PROMPTS[4]], GREEDY)[0]
+    assert out.num_cached_tokens == 29  # 24 from full blocks, 5 from the tail
+    assert out.token_ids == alone[4]
+    assert eng.bm.num_free_blocks == 128
+    eng.close()
+
+
 @pytest.mark.unit
 def test_sampling_seed_reproducible_and_filters(model_dir):
     eng = engine_for(model_dir)

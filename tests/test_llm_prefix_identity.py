@@ -39,3 +39,28 @@ def test_greedy_after_prefill_ahead_equals_cold_on_the_real_model(weight_format)
         out = warm.chat([final], params)[0]
         assert out.num_cached_tokens >= 16, i  # the prefilled blocks were hit
         assert out.token_ids == ref.token_ids, (weight_format, i)
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "int8"])
+def test_greedy_after_a_scored_prompt_equals_cold_on_the_real_model(weight_format):
+    """The turn detector scores "history + the user's words" (engine.score_prompt); the reply's
+    prompt continues it with the assistant header, and its prefill starts mid-block, from the
+    score's freed last block (the prefix cache's tail)."""
+    torch.set_num_threads(1)
+    warm = LLMEngine.from_pretrained(weight_format=weight_format)
+    cold = LLMEngine(warm.model, warm.tokenizer, replace(warm.config, enable_prefix_caching=False))
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    tok, tails = warm.tokenizer, 0
+    for i, final in enumerate(chats()):
+        ref = cold.chat([final], params)[0]
+        ids = warm.encode_chat(final)
+        # the open user message, as the turn detector asks it (pipeline.turn_text.prompt_ids)
+        rendered, said = tok.render_chat(final, add_generation_prompt=False), final[-1]["content"]
+        words = tok.encode(rendered[: rendered.rindex(said) + len(said)], add_special_tokens=False)
+        assert ids[: len(words)] == words and len(ids) - len(words) >= 5, i
+        assert warm.score_prompt(words, [ids[len(words)]], timeout_s=60) is not None
+        out = warm.chat([final], params)[0]
+        assert out.num_cached_tokens == len(words), i
+        tails += len(words) % warm.bm.block_size > 0
+        assert out.token_ids == ref.token_ids, (weight_format, i)
+    assert tails >= len(chats()) // 2  # most of them started mid-block

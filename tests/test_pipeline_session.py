@@ -88,6 +88,22 @@ async def test_after_a_reply_the_next_turns_history_is_prefilled():
     assert after[-1][-1] == {"role": "user", "content": ""}
 
 
+@pytest.mark.parametrize("preemptive", [False, True])
+async def test_the_words_are_prefilled_ahead_at_the_preflight_only_without_a_preemptive_reply(preemptive):
+    # a preemptive reply is asked at the preflight: a prefill ahead of the same words, sent
+    # just before it, would hold it for a step computing the same tokens
+    cfg = fake_config(preemptive=preemptive, response=ResponsePolicy(ack_enabled=False))
+    llm = FakeLLM(["It is sunny and warm."], ttft_s=0.02)
+    four = ("what is the weather",)  # PrefillAhead's least: 4 words, so only the preflight has them all
+    comps = load_components(cfg, engine=llm, detector=FakeEndOfTurnDetector(silence_s=0.2),
+                            synthesizer=FakeSynthesizer(first_audio_delay_s=0.02, rtf=0.02),
+                            transcriber_factory=lambda: FakeTranscriber(four, words_per_s=6.0, final_delay_s=0.02))
+    await one_turn(cfg, comps)
+    assert llm.requests and list(llm.requests)[-1][-1]["content"] == four[0]
+    ahead = [p for p in llm.prefills if p[-1] == {"role": "user", "content": four[0]}]
+    assert len(ahead) == (0 if preemptive else 1), list(llm.prefills)
+
+
 async def test_acknowledgement_fires_when_the_first_token_is_late_and_not_when_it_is_not():
     cfg = fake_config(preemptive=False)
     _, slow = await one_turn(cfg, fake_components(cfg, FakeLLM(["Sure."], ttft_s=1.2)), wait_s=4)

@@ -40,7 +40,7 @@ class EngineTarget:
         new = seq is None
         if new:
             seq = self._seqs[seq_id] = Sequence(seq_id, list(token_ids), SamplingParams())
-            bm.match_prefix(seq)
+            self.engine.kv.copy_blocks(bm.match_prefix(seq))
             if seq.num_computed_tokens >= len(seq.token_ids):  # keep >= 1 token to compute
                 self.engine.kv.copy_blocks(bm.truncate(seq, len(seq.token_ids) - 1))
                 seq.token_ids = list(token_ids)
