@@ -16,7 +16,8 @@ committed voice prompts, speculation off vs "auto", per weight format: time to f
 time to the first clause (first punctuation, or the 8th delta), decode tok/s, acceptance and
 tokens per target pass, beside `generate()` on the same prompts in the same run; whether the
 greedy text is identical with and without speculation; and TTFT of a ~300-token conversation
-whose prompt (with the last words of the user turn still missing) was prefilled ahead, vs cold.
+whose prompt (with the last words of the user turn still missing) was prefilled ahead, and
+after the turn detector's score of the whole words, vs cold.
 
     python -m benchmarks.llm_engine --threads 1 2 --json out.json
     python -m benchmarks.llm_engine --stream-only --threads 1 --json out.json

@@ -128,12 +128,21 @@ def long_conversation(tag: str) -> tuple[list[dict[str, str]], list[dict[str, st
 
 
 async def prefill_ahead(engine: LLMEngine, repeats: int = 3) -> dict[str, float]:
+    """TTFT of the final prompt cold, after a prefill ahead of the interim words, and after the
+    turn detector's score of the final words (the voice loop's order: the words are scored at
+    the pause, then the reply is asked; they share every token but the reply's header)."""
+    from pipeline.turn_text import EngineCompletenessScorer, without_end_punctuation
+
     params = SamplingParams(max_tokens=4, temperature=0.0)
-    cold, ahead, cached, n_prompt = [], [], [], 0
+    history: list[dict[str, str]] = []
+    witness = EngineCompletenessScorer(engine, fallback=None, context=lambda: history)
+    times: dict[str, list[float]] = {"cold": [], "ahead": [], "scored": []}
+    cached: dict[str, list[int]] = {"ahead": [], "scored": []}
+    n_prompt = 0
     for i in range(repeats):
         _, final = long_conversation(f"cold {i} {time.time()}")
         r = await one_stream(engine, final, params)
-        cold.append(r["ttft_s"])
+        times["cold"].append(r["ttft_s"])
         interim, final = long_conversation(f"ahead {i} {time.time()}")
         rid = engine.prefill(interim)
         for _ in range(2000):  # the user is still speaking: the prefill has time to finish
@@ -141,12 +150,22 @@ async def prefill_ahead(engine: LLMEngine, repeats: int = 3) -> dict[str, float]
                 break
             await asyncio.sleep(0.005)
         r = await one_stream(engine, final, params)
-        ahead.append(r["ttft_s"])
-        cached.append(r["cached"])
+        times["ahead"].append(r["ttft_s"])
+        cached["ahead"].append(r["cached"])
         n_prompt = r["prompt_tokens"]
-    c, a = statistics.median(cold), statistics.median(ahead)
-    return {"prompt_tokens": n_prompt, "cached_tokens": statistics.median(cached), "ttft_cold_ms": 1e3 * c,
-            "ttft_prefilled_ms": 1e3 * a, "prefilled_over_cold": a / c}
+        _, final = long_conversation(f"scored {i} {time.time()}")
+        words = without_end_punctuation(final[-1]["content"])  # as the session asks the reply
+        history[:] = final[:-1]
+        ids = witness.prompt_ids(words)
+        await asyncio.to_thread(engine.score_prompt, ids, witness.end_ids, 60.0)
+        r = await one_stream(engine, [*history, {"role": "user", "content": words}], params)
+        times["scored"].append(r["ttft_s"])
+        cached["scored"].append(r["cached"])
+    c, a, s = (statistics.median(times[k]) for k in ("cold", "ahead", "scored"))
+    return {"prompt_tokens": n_prompt, "cached_tokens": statistics.median(cached["ahead"]), "ttft_cold_ms": 1e3 * c,
+            "ttft_prefilled_ms": 1e3 * a, "prefilled_over_cold": a / c,
+            "ttft_after_score_ms": 1e3 * s, "after_score_cached_tokens": statistics.median(cached["scored"]),
+            "after_score_over_cold": s / c}
 
 
 def stream_section(formats: list[str], max_tokens: int = 48, repeats: int = 1) -> dict[str, Any]:
@@ -216,7 +235,9 @@ def stream_table(res: dict[str, Any]) -> str:
                      f"{r['generate_b1_auto_tok_s']:.1f} tok/s ({r['generate_b1_auto_over_off']:.2f}x); greedy "
                      f"identical {r['greedy_identical']}; {pa['prompt_tokens']}-token TTFT cold "
                      f"{pa['ttft_cold_ms']:.1f} ms, prefilled ahead {pa['ttft_prefilled_ms']:.1f} ms "
-                     f"({pa['prefilled_over_cold']:.2f}, {pa['cached_tokens']:.0f} tokens cached)")
+                     f"({pa['prefilled_over_cold']:.2f}, {pa['cached_tokens']:.0f} tokens cached), after the "
+                     f"turn detector's score {pa['ttft_after_score_ms']:.1f} ms ({pa['after_score_over_cold']:.2f}, "
+                     f"{pa['after_score_cached_tokens']:.0f} cached)")
         if "greedy_vs_fp32" in r:
             g = r["greedy_vs_fp32"]
             lines.append(f"{fmt} vs fp32 greedy: {g['identical']}/{g['prompts']} identical, tokens before "

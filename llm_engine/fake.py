@@ -5,7 +5,8 @@ and the same error rules, no model. A "token" is a word with its leading space.
 
 Requests play in their own thread and call the sink like the engine thread does. A request
 holds ceil(tokens / block_size) "blocks" while it runs; num_cached_tokens is the longest
-common token prefix with any of the newest SEEN_KEPT prompts or prefills, rounded down to whole blocks."""
+common token prefix with any of the newest SEEN_KEPT prompts or prefills (the engine's full
+blocks and, past them, a freed partial block's tokens), less the last prompt token."""
 
 from __future__ import annotations
 
@@ -149,8 +150,7 @@ class FakeLLM:
         for seen in self._seen:
             n = next((i for i, (a, b) in enumerate(zip(seen, ids)) if a != b), min(len(seen), len(ids)))
             best = max(best, n)
-        best = min(best, len(ids) - 1)  # the last prompt token is always computed, as in the engine
-        return best - best % self.block_size
+        return min(best, len(ids) - 1)  # the last prompt token is always computed, as in the engine
 
     def _start(self, messages: list[dict[str, Any]], params: SamplingParams | None, rid: str,
                sink: Sink | None) -> str:
