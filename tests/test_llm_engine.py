@@ -190,6 +190,34 @@ def test_tail_hits_equal_cold(model_dir, alone):
 
 
 @pytest.mark.unit
+def test_a_tail_handed_out_in_the_pass_that_copies_it_is_copied_before_it_is_written(model_dir):
+    """The tail's block goes back to the free list at once: a request admitted in the same
+    schedule pass may take it and write it in that step's forward pass. The copy comes first."""
+    four = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    score = list(range(5, 18))  # 13 tokens: a full block of 8 and a 5-token tail
+    reply, other = [*score, 40, 41, 42], list(range(60, 108))  # other: 48 tokens, 6 blocks
+    cold = engine_for(model_dir, enable_prefix_caching=False)
+    want = [o.token_ids for o in cold.generate([reply, other], four)]
+    eng = engine_for(model_dir, num_blocks=8)
+    eng.generate([score], SamplingParams(max_tokens=1, temperature=0.0))
+    (src, _), = eng.bm.tails.values()
+    first: list = []
+    schedule = eng.scheduler.schedule
+
+    def spy():
+        batch = schedule()
+        if not first:
+            first.append([list(s.block_table) for s in batch.seqs])
+        return batch
+
+    eng.scheduler.schedule = spy
+    outs = eng.generate([reply, other], four)
+    assert first and src in first[0][1] and src not in first[0][0]  # the other request took it
+    assert outs[0].num_cached_tokens == 13
+    assert [o.token_ids for o in outs] == want
+
+
+@pytest.mark.unit
 def test_sampling_seed_reproducible_and_filters(model_dir):
     eng = engine_for(model_dir)
     p = SamplingParams(max_tokens=16, temperature=1.0, top_k=20, top_p=0.9, min_p=0.05, seed=7,
