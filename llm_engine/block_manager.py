@@ -9,9 +9,9 @@ A freed sequence's last, partly filled block is kept too, as the *tail* of its p
 block: a request that continues the same full blocks with the same first tokens copies it
 and computes only from where the two part. Token-granular reuse matters to a voice turn: the
 turn detector's score of "history + the user's words" ends mid-block, and the reply's prompt
-is that plus the chat template's 5 assistant-header tokens. With full blocks alone the reply
-prefilled up to 15 of the user's tokens again (~7.6 ms each at one Zen 1 core), after the
-score had just computed them.
+is that plus the chat template's 6 tokens that close the message and open the reply. With
+full blocks alone the reply prefilled up to 15 of the user's tokens again (~7.6 ms each at one
+Zen 1 core), after the score had just computed them.
 """
 
 from __future__ import annotations
