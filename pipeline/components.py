@@ -107,6 +107,7 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
                     detector: Any = None, transcriber_factory: Any = None) -> Components:
     """Blocking (seconds): call it off the event loop. Stages given explicitly are used as is
     (tests hand in timed fakes). Applies the config's numpy BLAS budget (limit_blas_threads)."""
+    from parley.cores import CoreGate
     from tts import create_synthesizer
     from turn_detection import EndOfTurnDetector, EndpointingPolicy
     from turn_detection.vad import SileroVAD
@@ -133,6 +134,8 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
         engine = load_engine(config)
     if synthesizer is None:
         synthesizer = create_synthesizer(config.tts, threads=config.tts_threads)
+    if built_engine and built_synth and config.tts_threads > 1:
+        engine.gate = synthesizer.gate = CoreGate()  # the synthesis borrows the engine's core
     warm_up(engine if built_engine else None, decoder, synthesizer if built_synth else None,
             [{"role": "system", "content": config.instructions}],
             config.response.ack_phrases if config.response.ack_enabled else ())

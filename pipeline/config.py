@@ -65,7 +65,11 @@ class SessionConfig:
     # core ran 25-30x slower than 1)
     llm_threads: int = 1
     stt_threads: int = 1
-    tts_threads: int = 1
+    # ...but the synthesis the user waits for gets both cores: with more than 1 TTS thread and
+    # our engine, the engine steps aside while Piper runs (parley.cores.CoreGate). A 2-word
+    # chunk: 122 ms at 1 thread, 73 ms at 2 on an idle machine, 167 ms at 2 beside a busy core
+    # (2-core Zen 1). The LLM, far ahead of the speech, loses nothing the user hears.
+    tts_threads: int = 2
     vad_threads: int = 1
     # numpy's BLAS (the STT's features, the turn detector's matmuls): at numpy's default of a
     # thread per core its worker spins after each call (pipeline.components.limit_blas_threads)

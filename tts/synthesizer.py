@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from parley.errors import ParleyError
 from tts.normalize import normalize_text
 
 if TYPE_CHECKING:
+    from parley.cores import CoreGate
     from tts.stream import SpeechStream, StreamConfig
 
 
@@ -68,6 +70,9 @@ class Synthesizer(ABC):
         self.stats = SynthesizerStats()
         self._stats_lock = threading.Lock()
         self._kept: dict[str, np.ndarray] = {}  # remember(): normalized phrase -> its audio
+        # held around every backend call: a backend with more than one thread asks the stage
+        # beside it (the LLM engine) to step aside meanwhile (parley.cores)
+        self.gate: CoreGate | None = None
 
     @abstractmethod
     def _synthesize_impl(self, text: str) -> np.ndarray:  # [N] float32 at self.sample_rate
@@ -87,7 +92,8 @@ class Synthesizer(ABC):
                              SynthesisMetrics(self.name, len(spoken), len(kept) / self.sample_rate, 0.0))
         t0 = time.perf_counter()
         try:
-            audio = self._synthesize_impl(spoken)
+            with self.gate.hold() if self.gate is not None else nullcontext():
+                audio = self._synthesize_impl(spoken)
         except ParleyError:
             raise
         except Exception as e:  # a backend's own error types (onnxruntime, subprocess) become ours
