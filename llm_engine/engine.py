@@ -76,7 +76,7 @@ class LLMEngine:
         self.speculative = None  # SpeculativeConfig: set by from_pretrained(speculative=...)
         # parley.cores.CoreGate: the engine thread waits before each step while another stage
         # holds it (a voice session's TTS synthesizing at 2 threads); None: never waits
-        self.gate = None
+        self.core_gate = None
         self._spec = None  # the StepSpeculator built for self.speculative
         self._lock = threading.RLock()  # held by step(): one model step at a time
         self._admit_lock = threading.Lock()
@@ -525,8 +525,8 @@ class LLMEngine:
                             self._worker = None
                             return  # idle: the next request starts a fresh worker
                 continue
-            if self.gate is not None:
-                self.gate.wait()  # a stage that borrowed the cores (parley.cores) goes first
+            if self.core_gate is not None:
+                self.core_gate.wait()  # a stage that borrowed the cores (parley.cores) goes first
             try:
                 self.step()
             except Exception as exc:  # any failure must end the streams, not hang them

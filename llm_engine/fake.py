@@ -52,7 +52,7 @@ class FakeLLM:
         # the newest conversations asked and prefilled, in order (bounded: a soak runs for hours)
         self.requests: deque[list[dict[str, Any]]] = deque(maxlen=SEEN_KEPT)
         self.prefills: deque[list[dict[str, Any]]] = deque(maxlen=SEEN_KEPT)
-        self.gate = None  # as LLMEngine.gate: each token waits while another stage holds it
+        self.core_gate = None  # as LLMEngine.core_gate: each token waits while another stage holds it
 
     # ---- the engine's API ---------------------------------------------------------
     def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
@@ -178,8 +178,8 @@ class FakeLLM:
         for i, tok in enumerate(tokens):
             if aborted.wait(self.ttft_s if i == 0 else self.token_s):
                 break
-            if self.gate is not None:
-                self.gate.wait()
+            if self.core_gate is not None:
+                self.core_gate.wait()
             ttft = ttft if ttft is not None else time.perf_counter() - t0
             sent += 1
             with self._lock:

@@ -135,7 +135,7 @@ def load_components(config: SessionConfig, *, engine: Any = None, synthesizer: A
     if synthesizer is None:
         synthesizer = create_synthesizer(config.tts, threads=config.tts_threads)
     if built_engine and built_synth and config.tts_threads > 1:
-        engine.gate = synthesizer.gate = CoreGate()  # the synthesis borrows the engine's core
+        engine.core_gate = synthesizer.core_gate = CoreGate()  # the synthesis borrows the engine's core
     warm_up(engine if built_engine else None, decoder, synthesizer if built_synth else None,
             [{"role": "system", "content": config.instructions}],
             config.response.ack_phrases if config.response.ack_enabled else ())

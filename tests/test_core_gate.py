@@ -50,21 +50,21 @@ def test_the_synthesizer_holds_the_gate_while_its_backend_runs():
 
     class Probe(FakeSynthesizer):
         def _synthesize_impl(self, text: str) -> np.ndarray:
-            seen.append(self.gate.held)
+            seen.append(self.core_gate.held)
             return super()._synthesize_impl(text)
 
     synth = Probe()
-    synth.gate = CoreGate()
+    synth.core_gate = CoreGate()
     assert len(synth.synthesize("Hello there.").audio) > 0
-    assert seen == [True] and not synth.gate.held
+    assert seen == [True] and not synth.core_gate.held
 
 
 def test_the_engine_thread_steps_only_once_the_synthesizer_lets_go(tmp_path):
     make_tiny_llama(tmp_path, seed=3)
     eng = LLMEngine.from_pretrained(tmp_path, num_blocks=64, block_size=8)
-    eng.gate = CoreGate(max_wait_s=10.0)
+    eng.core_gate = CoreGate(max_wait_s=10.0)
     done = threading.Event()
-    with eng.gate.hold():
+    with eng.core_gate.hold():
         eng.add_request(list(range(5, 20)), SamplingParams(max_tokens=4, temperature=0.0),
                         sink=lambda _d, final: final is not None and done.set())
         eng.ensure_worker()
@@ -81,7 +81,7 @@ def test_a_session_built_on_our_engine_shares_one_gate_between_engine_and_synthe
     config = SessionConfig(llm="fake", stt="fake", tts="fake")
     assert config.tts_threads == 2
     comps = load_components(config, detector=FakeEndOfTurnDetector())
-    assert isinstance(comps.engine.gate, CoreGate) and comps.engine.gate is comps.synthesizer.gate
+    assert isinstance(comps.engine.core_gate, CoreGate) and comps.engine.core_gate is comps.synthesizer.core_gate
     one = load_components(SessionConfig(llm="fake", stt="fake", tts="fake", tts_threads=1),
                           detector=FakeEndOfTurnDetector())
-    assert one.engine.gate is None and one.synthesizer.gate is None  # one thread: nobody steps aside
+    assert one.engine.core_gate is None and one.synthesizer.core_gate is None  # one thread: nobody steps aside

@@ -72,7 +72,7 @@ class Synthesizer(ABC):
         self._kept: dict[str, np.ndarray] = {}  # remember(): normalized phrase -> its audio
         # held around every backend call: a backend with more than one thread asks the stage
         # beside it (the LLM engine) to step aside meanwhile (parley.cores)
-        self.gate: CoreGate | None = None
+        self.core_gate: CoreGate | None = None
 
     @abstractmethod
     def _synthesize_impl(self, text: str) -> np.ndarray:  # [N] float32 at self.sample_rate
@@ -92,7 +92,7 @@ class Synthesizer(ABC):
                              SynthesisMetrics(self.name, len(spoken), len(kept) / self.sample_rate, 0.0))
         t0 = time.perf_counter()
         try:
-            with self.gate.hold() if self.gate is not None else nullcontext():
+            with self.core_gate.hold() if self.core_gate is not None else nullcontext():
                 audio = self._synthesize_impl(spoken)
         except ParleyError:
             raise
