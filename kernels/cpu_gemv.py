@@ -18,7 +18,7 @@ import functools
 
 import torch
 
-from kernels.cpu_native import I32, I64, P, bind, library
+from kernels.cpu_native import I32, I64, P, bind, library, threads
 
 MAX_ROWS = 8  # rows that share one read of the weights (more rows: another pass, from cache)
 
@@ -69,7 +69,7 @@ def gemv_checked(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty(m, n, dtype=torch.float32)
-    _kernels()[w.dtype](x.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
+    _kernels()[w.dtype](x.data_ptr(), w.data_ptr(), y.data_ptr(), m, n, k, threads())
     return y
 
 
@@ -93,7 +93,7 @@ def cpu_gemv_i8(
     x = x.contiguous()
     y = torch.empty(x.shape[0], n, dtype=torch.float32)
     fns[torch.int8](x.data_ptr(), w.data_ptr(), scale.contiguous().data_ptr(), wsum.contiguous().data_ptr(),
-                    y.data_ptr(), x.shape[0], n, x.shape[1], torch.get_num_threads())
+                    y.data_ptr(), x.shape[0], n, x.shape[1], threads())
     return y
 
 
@@ -157,7 +157,7 @@ def cpu_gemv_q4(
     x = x.contiguous()
     y = torch.empty(x.shape[0], n, dtype=torch.float32)
     fns[torch.uint8](x.data_ptr(), w.data_ptr(), dm.data_ptr(), y.data_ptr(), x.shape[0], n, k,
-                     torch.get_num_threads())
+                     threads())
     return y
 
 

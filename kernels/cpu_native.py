@@ -17,6 +17,9 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from parley.assets import cache_dir
@@ -25,6 +28,34 @@ log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+
+
+_budget = threading.local()  # this thread's thread_budget(), if it is inside one
+
+
+def threads() -> int:
+    """Threads for the kernel calls of the calling thread: `thread_budget`'s count inside one,
+    else torch's intra-op setting (an engine's `num_threads`)."""
+    n = getattr(_budget, "threads", None)
+    if n is not None:
+        return n
+    import torch
+
+    return torch.get_num_threads()
+
+
+@contextmanager
+def thread_budget(n: int) -> Iterator[None]:
+    """The kernels called on this thread, and only on it, use `n` threads inside the block
+    (torch's own setting and other threads' kernels are left as they are)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"thread_budget needs an int >= 1, got {n!r}")
+    before = getattr(_budget, "threads", None)
+    _budget.threads = n
+    try:
+        yield
+    finally:
+        _budget.threads = before
 
 
 class NativeBuildError(RuntimeError):

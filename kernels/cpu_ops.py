@@ -14,7 +14,7 @@ import functools
 import torch
 
 from kernels._triton import check
-from kernels.cpu_native import F32, I32, I64, P, bind, library
+from kernels.cpu_native import F32, I32, I64, P, bind, library, threads
 
 
 @functools.cache
@@ -105,5 +105,5 @@ def paged_attention(
     out = torch.empty_like(q)
     _ops()["attn"](q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), cu.data_ptr(),
                    ctx.data_ptr(), out.data_ptr(), ctx.shape[0], tables.shape[1], bs, q.shape[1], hk, d, scale,
-                   torch.get_num_threads())
+                   threads())
     return out

@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from kernels.cpu_native import library
+from kernels.cpu_native import library, threads
 from llm_engine.attention_metadata import AttentionMetadata
 from llm_engine.linear import Linear
 from llm_engine.quant import Int8Linear, Q4Linear
@@ -97,7 +97,7 @@ def step_struct(meta: AttentionMetadata, cos: torch.Tensor, sin: torch.Tensor, b
             cos.contiguous(), sin.contiguous(), meta.block_tables.to(torch.int32).contiguous(),
             meta.cu_seqlens_q.to(torch.int32).contiguous(), meta.context_lens.to(torch.int32).contiguous()]
     s = _Step(*(t.data_ptr() for t in keep), meta.num_tokens, meta.num_seqs, keep[4].shape[1], block_size,
-              torch.get_num_threads())
+              threads())
     return s, keep
 
 

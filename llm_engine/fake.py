@@ -16,12 +16,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from llm_engine.outputs import RequestOutput
 from llm_engine.request import Sink
 from llm_engine.sampling_params import SamplingParams
 from llm_engine.streaming import ChatStream
+from parley.cores import LEAD_TOKENS
 from parley.errors import EngineClosedError
 
 SEEN_KEPT = 256
@@ -53,6 +55,7 @@ class FakeLLM:
         self.requests: deque[list[dict[str, Any]]] = deque(maxlen=SEEN_KEPT)
         self.prefills: deque[list[dict[str, Any]]] = deque(maxlen=SEEN_KEPT)
         self.core_gate = None  # as LLMEngine.core_gate: each token waits while another stage holds it
+        self.lead_gate, self.lead_threads = None, 1  # as LLMEngine's: held until LEAD_TOKENS are out
 
     # ---- the engine's API ---------------------------------------------------------
     def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
@@ -175,17 +178,22 @@ class FakeLLM:
               sink: Sink | None, aborted: threading.Event) -> None:
         t0 = time.perf_counter()
         ttft, sent = None, 0
-        for i, tok in enumerate(tokens):
-            if aborted.wait(self.ttft_s if i == 0 else self.token_s):
-                break
-            if self.core_gate is not None:
-                self.core_gate.wait()
-            ttft = ttft if ttft is not None else time.perf_counter() - t0
-            sent += 1
-            with self._lock:
-                self._held[rid] = -(-(len(ids) + sent) // self.block_size)
-            if sink is not None:
-                sink(tok, None)
+        with ExitStack() as lead:
+            if self.lead_gate is not None and self.lead_threads > 1:
+                lead.enter_context(self.lead_gate.hold_if_idle())
+            for i, tok in enumerate(tokens):
+                if i == LEAD_TOKENS:
+                    lead.close()
+                if aborted.wait(self.ttft_s if i == 0 else self.token_s):
+                    break
+                if self.core_gate is not None:
+                    self.core_gate.wait()
+                ttft = ttft if ttft is not None else time.perf_counter() - t0
+                sent += 1
+                with self._lock:
+                    self._held[rid] = -(-(len(ids) + sent) // self.block_size)
+                if sink is not None:
+                    sink(tok, None)
         error = None
         if aborted.is_set():
             reason = "error" if self._closed else "abort"

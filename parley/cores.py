@@ -7,6 +7,14 @@ threads on an idle machine took 73 ms where 1 thread took 122 ms; at 2 threads b
 core it took 167 ms (2-word chunks, 2-core Zen 1), so the two threads only pay off if the
 other stage steps aside. The synthesizer holds the gate while it runs; the LLM engine's
 thread waits for it before each step, for at most `max_wait_s` (a step never starves).
+
+The moment before it could be another: the LLM's steps that compute a reply's first
+LEAD_TOKENS tokens, right after the user's words are known. Then the engine holds the gate at
+2 kernel threads when the STT is idle (`hold_if_idle`), and the STT, whose only work then is
+the word alignment of the decode that gave those words, waits for it before each part of a
+decode (`work`; LLMEngine.lead_gate, WhisperDecoder.core_gate). A session does so only with
+SessionConfig.llm_lead_threads > 1 (off: the reply's first token came ~30 ms sooner, its first
+audio did not).
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# A reply's first tokens, which the user waits for: the voice benchmark's first clause ("the
+# first punctuation or 8 tokens").
+LEAD_TOKENS = 8
+
 
 class CoreGate:
     def __init__(self, max_wait_s: float = 0.5) -> None:
@@ -24,6 +36,8 @@ class CoreGate:
         self.max_wait_s = max_wait_s
         self._cond = threading.Condition()
         self._holders = 0
+        self._working = 0  # `work` blocks running
+        self._begun = 0  # holds taken by `hold_if_idle` so far
 
     @property
     def held(self) -> bool:
@@ -48,3 +62,40 @@ class CoreGate:
         with self._cond:
             self._cond.wait_for(lambda: self._holders == 0, timeout=self.max_wait_s)
         return time.perf_counter() - t0
+
+    @contextmanager
+    def work(self, expect_hold_s: float = 0.0) -> Iterator[None]:
+        """A part of the waiting stage's work: `wait`, then count as running until the block
+        ends, so that `hold_if_idle` leaves the cores to it. `expect_hold_s`: first give a hold
+        that is on its way (one that the work's own last step asked for) that long to begin."""
+        with self._cond:
+            if expect_hold_s > 0:
+                begun = self._begun
+                self._cond.wait_for(lambda: self._begun != begun or self._holders, timeout=expect_hold_s)
+            self._cond.wait_for(lambda: self._holders == 0, timeout=self.max_wait_s)
+            self._working += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._working -= 1
+
+    @contextmanager
+    def hold_if_idle(self) -> Iterator[bool]:
+        """`hold`, unless a `work` block runs now; -> whether it holds. Two threads beside a
+        busy core are slower than one: a reply's 6th token 184 ms at 1 thread, 294 at 2 beside
+        a Whisper encoder (2-core Zen 1), so the borrower only borrows idle cores."""
+        with self._cond:
+            held = self._working == 0
+            self._holders += held
+            self._begun += held
+            if held:
+                self._cond.notify_all()
+        try:
+            yield held
+        finally:
+            if held:
+                with self._cond:
+                    self._holders -= 1
+                    if self._holders == 0:
+                        self._cond.notify_all()

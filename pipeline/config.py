@@ -70,6 +70,12 @@ class SessionConfig:
     # chunk: 122 ms at 1 thread, 73 ms at 2 on an idle machine, 167 ms at 2 beside a busy core
     # (2-core Zen 1). The LLM, far ahead of the speech, loses nothing the user hears.
     tts_threads: int = 2
+    # The LLM's steps that compute a reply's first tokens (parley.cores.LEAD_TOKENS) may borrow
+    # the cores too, with our engine and Whisper: the STT steps aside. Off (1): the reply's first
+    # token came sooner (LLM request to first token p50 / p90 92 / 116 -> 60 / 78 ms), but its
+    # first audio did not (884 -> 903 ms), since the pause decode's word alignment then ran
+    # beside the first chunk's synthesis (benchmarks/results/2026-12-07-cpu2zen1-voice-lead-ab.json).
+    llm_lead_threads: int = 1
     vad_threads: int = 1
     # numpy's BLAS (the STT's features, the turn detector's matmuls): at numpy's default of a
     # thread per core its worker spins after each call (pipeline.components.limit_blas_threads)
@@ -145,7 +151,7 @@ class SessionConfig:
             raise ValueError("need 1 <= max_tokens <= 4096, 0 <= temperature <= 2, repetition_penalty > 0")
         if self.output_rate not in (8_000, 16_000, 22_050, 24_000, 44_100, 48_000):
             raise ValueError(f"output_rate {self.output_rate} is not a supported rate")
-        for name in ("llm_threads", "stt_threads", "tts_threads", "vad_threads", "blas_threads"):
+        for name in ("llm_threads", "stt_threads", "tts_threads", "llm_lead_threads", "vad_threads", "blas_threads"):
             if not 1 <= getattr(self, name) <= 64:
                 raise ValueError(f"{name} must be in [1, 64]")
         if not 0 < self.turn_text_timeout_s <= 5:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
@@ -48,6 +49,14 @@ class WhisperDecoder:
                                       num_workers=config.decode_workers)
         except (RuntimeError, ValueError, OSError) as e:
             raise ModelError(config.model, f"CTranslate2 could not load {path}: {e}") from e
+        # parley.cores.CoreGate: each part of a decode (encoder, generate, word alignment) waits
+        # while another stage holds it (a voice session's LLM computing a reply's first tokens
+        # at 2 threads), and that stage borrows the cores only between parts; None: never
+        self.core_gate = None
+        # ...and after a preflight went out (`on_text`), the alignment first gives the reply it
+        # asks for this long to begin borrowing the cores: it is asked ~10-30 ms later, by way
+        # of the event loop, and an alignment already running would keep it at 1 thread
+        self.lead_expect_s = 0.0
         lang = config.language if self.model.model.is_multilingual else None
         self.tokenizer = Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual,
                                    task="transcribe", language=lang)
@@ -91,10 +100,12 @@ class WhisperDecoder:
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
-        enc = self._encode(audio)
-        t1 = time.perf_counter()
+        with self._part():
+            t_enc = time.perf_counter()
+            enc = self._encode(audio)
+            t1 = time.perf_counter()
         if stages is not None:
-            stages["encode_s"] = t1 - t0
+            stages["encode_s"] = t1 - t_enc
         if cancelled is not None and cancelled():
             return [], t1 - t0
         end_s = len(audio) / SAMPLE_RATE
@@ -110,6 +121,11 @@ class WhisperDecoder:
         if stages is not None:
             stages["text_s"] = time.perf_counter() - t1
         return words, time.perf_counter() - t0
+
+    def _part(self, expect_hold_s: float = 0.0) -> AbstractContextManager:
+        """One part of a decode (encoder, generate, alignment): after the gate's holder, and
+        counted as running while it runs (parley.cores.CoreGate.work)."""
+        return self.core_gate.work(expect_hold_s) if self.core_gate is not None else nullcontext()
 
     def _encode(self, audio: np.ndarray) -> tuple[object, int]:
         """audio [N] -> (encoder output [1, window/2, D], content frames)."""
@@ -130,20 +146,24 @@ class WhisperDecoder:
         # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
         previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
         prompt_ids = m.get_prompt(self.tokenizer, previous, without_timestamps=True)
-        res = m.model.generate(enc, [prompt_ids], beam_size=beam_size or self.config.beam_size, max_length=448,
-                               return_scores=True, return_no_speech_prob=True,
-                               suppress_blank=True, suppress_tokens=self._suppress)[0]
+        with self._part():
+            res = m.model.generate(enc, [prompt_ids], beam_size=beam_size or self.config.beam_size,
+                                   max_length=448, return_scores=True, return_no_speech_prob=True,
+                                   suppress_blank=True, suppress_tokens=self._suppress)[0]
         tokens = [t for t in res.sequences_ids[0] if t < self.tokenizer.eot]
         avg_logprob = res.scores[0] * len(tokens) / (len(tokens) + 1) if tokens else -10.0
         if not tokens or (res.no_speech_prob > self.config.no_speech_threshold and avg_logprob < -1.0):
             return []
         if cancelled is not None and cancelled():
             return []
+        previewed = False
         if on_text is not None:
             unaligned = self._unaligned(tokens, end_s)
             if repeat_free(unaligned):
                 on_text(unaligned)
-        aligned = m.find_alignment(self.tokenizer, [tokens], enc, content_frames)[0]
+                previewed = True
+        with self._part(self.lead_expect_s if previewed else 0.0):  # after the reply's first tokens
+            aligned = m.find_alignment(self.tokenizer, [tokens], enc, content_frames)[0]
         words: list[Word] = []
         for w in aligned:
             append_word(words, w["word"], min(float(w["start"]), end_s), min(float(w["end"]), end_s),
