@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import time
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ class LLMEngine:
         # it before each part of a decode); None or 1 thread: never
         self.lead_gate = None
         self.lead_threads = 1
+        self._lead_held = False  # the engine thread holds lead_gate (its own state)
         self._spec = None  # the StepSpeculator built for self.speculative
         self._lock = threading.RLock()  # held by step(): one model step at a time
         self._admit_lock = threading.Lock()
@@ -522,41 +523,52 @@ class LLMEngine:
                 self._worker.start()
 
     def _worker_loop(self) -> None:
-        while True:
-            self._wake.clear()
-            if self._closed:
-                return  # close() ends what is left once this thread is gone
-            if not self.has_unfinished() and self._inbox.empty():
-                if not self._wake.wait(timeout=30.0):
-                    with self._admit_lock:
-                        if self._inbox.empty() and not self.requests:
-                            self._worker = None
-                            return  # idle: the next request starts a fresh worker
-                continue
-            if self.core_gate is not None:
-                self.core_gate.wait()  # a stage that borrowed the cores (parley.cores) goes first
-            try:
-                with self._lead():
-                    self.step()
-            except Exception as exc:  # any failure must end the streams, not hang them
-                self._fail_all(exc)
-            time.sleep(0)  # let a generate() caller take the lock between steps
+        lead = ExitStack()  # the lead's hold, kept from a reply's first step to its LEAD_TOKENS-th
+        try:
+            while True:
+                self._wake.clear()
+                leading = self._lead(lead)
+                if self._closed:
+                    return  # close() ends what is left once this thread is gone
+                if not self.has_unfinished() and self._inbox.empty():
+                    if not self._wake.wait(timeout=30.0):
+                        with self._admit_lock:
+                            if self._inbox.empty() and not self.requests:
+                                self._worker = None
+                                return  # idle: the next request starts a fresh worker
+                    continue
+                if self.core_gate is not None:
+                    self.core_gate.wait()  # a stage that borrowed the cores (parley.cores) goes first
+                try:
+                    with thread_budget(self.lead_threads) if leading else nullcontext():
+                        self.step()
+                except Exception as exc:  # any failure must end the streams, not hang them
+                    self._fail_all(exc)
+                time.sleep(0)  # let a generate() caller take the lock between steps
+        finally:
+            lead.close()
+            self._lead_held = False
 
-    def _lead(self) -> AbstractContextManager:
-        """The next step borrows the cores while a reply the user waits for has fewer than
-        LEAD_TOKENS tokens out (not a prefill ahead, not a turn-detector score). Measured on a
-        2-core Zen 1, idle, int8: a reply's first token 74 -> 42 ms after the prefill ahead at
-        2 threads, its 6th 153 -> 97 ms; a pause decode's word alignment (~65 ms of one core)
-        ran right then beside it (pipeline.config.SessionConfig.llm_lead_threads)."""
-        if self.lead_gate is None or self.lead_threads <= 1:
-            return nullcontext()
-        if not any(not r.seq.prefill_only and r.output is None and r.num_emitted < LEAD_TOKENS
-                   for r in list(self.requests.values())):
-            return nullcontext()
-        stack = ExitStack()
-        if stack.enter_context(self.lead_gate.hold_if_idle()):  # not while an STT decode runs
-            stack.enter_context(thread_budget(self.lead_threads))
-        return stack
+    def _lead(self, lead: ExitStack) -> bool:
+        """Borrow the cores while a reply the user waits for has fewer than LEAD_TOKENS tokens
+        out (not a prefill ahead, not a turn-detector score): take the lead gate's hold when
+        the STT is idle and keep it, step after step, until no reply needs it (`lead` holds
+        it). -> whether the next step leads. A hold per step let the pause decode's word
+        alignment start in the gap between two steps, and run beside the first chunk's
+        synthesis. Measured on a 2-core Zen 1, idle, int8: a reply's first token 74 -> 42 ms
+        after the prefill ahead at 2 threads, its 6th 153 -> 97 ms
+        (pipeline.config.SessionConfig.llm_lead_threads)."""
+        want = self.lead_gate is not None and self.lead_threads > 1 and any(
+            not r.seq.prefill_only and r.output is None and r.num_emitted < LEAD_TOKENS
+            for r in list(self.requests.values()))
+        if not want:
+            lead.close()
+            self._lead_held = False
+        elif not self._lead_held:
+            self._lead_held = lead.enter_context(self.lead_gate.hold_if_idle())  # not beside a decode
+            if not self._lead_held:
+                lead.close()
+        return self._lead_held
 
     def _fail_all(self, exc: Exception) -> None:
         """A step raised in the engine thread: every live request ends with finish_reason

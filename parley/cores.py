@@ -13,8 +13,8 @@ LEAD_TOKENS tokens, right after the user's words are known. Then the engine hold
 2 kernel threads when the STT is idle (`hold_if_idle`), and the STT, whose only work then is
 the word alignment of the decode that gave those words, waits for it before each part of a
 decode (`work`; LLMEngine.lead_gate, WhisperDecoder.core_gate). A session does so only with
-SessionConfig.llm_lead_threads > 1 (off: the reply's first token came ~30 ms sooner, its first
-audio did not).
+SessionConfig.llm_lead_threads > 1 (off: with a hold per step the reply's first token came ~30
+ms sooner, its first audio did not). A thread never waits for its own holds.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class CoreGate:
         self.max_wait_s = max_wait_s
         self._cond = threading.Condition()
         self._holders = 0
+        self._mine: dict[int, int] = {}  # thread id -> its holds: a thread never waits for its own
         self._working = 0  # `work` blocks running
         self._begun = 0  # holds taken by `hold_if_idle` so far
 
@@ -45,22 +46,19 @@ class CoreGate:
 
     @contextmanager
     def hold(self) -> Iterator[None]:
-        """The caller wants the cores: `wait` blocks the other stage until every hold ends."""
+        """The caller wants the cores: `wait` blocks the other stages until every hold ends."""
         with self._cond:
-            self._holders += 1
+            self._take()
         try:
             yield
         finally:
-            with self._cond:
-                self._holders -= 1
-                if self._holders == 0:
-                    self._cond.notify_all()
+            self._give()
 
     def wait(self) -> float:
-        """Block while the gate is held, at most max_wait_s; -> the seconds waited."""
+        """Block while another thread holds the gate, at most max_wait_s; -> the seconds waited."""
         t0 = time.perf_counter()
         with self._cond:
-            self._cond.wait_for(lambda: self._holders == 0, timeout=self.max_wait_s)
+            self._cond.wait_for(self._free, timeout=self.max_wait_s)
         return time.perf_counter() - t0
 
     @contextmanager
@@ -71,8 +69,8 @@ class CoreGate:
         with self._cond:
             if expect_hold_s > 0:
                 begun = self._begun
-                self._cond.wait_for(lambda: self._begun != begun or self._holders, timeout=expect_hold_s)
-            self._cond.wait_for(lambda: self._holders == 0, timeout=self.max_wait_s)
+                self._cond.wait_for(lambda: self._begun != begun or not self._free(), timeout=expect_hold_s)
+            self._cond.wait_for(self._free, timeout=self.max_wait_s)
             self._working += 1
         try:
             yield
@@ -87,15 +85,29 @@ class CoreGate:
         a Whisper encoder (2-core Zen 1), so the borrower only borrows idle cores."""
         with self._cond:
             held = self._working == 0
-            self._holders += held
-            self._begun += held
             if held:
+                self._take()
+                self._begun += 1
                 self._cond.notify_all()
         try:
             yield held
         finally:
             if held:
-                with self._cond:
-                    self._holders -= 1
-                    if self._holders == 0:
-                        self._cond.notify_all()
+                self._give()
+
+    def _free(self) -> bool:  # under the lock
+        return self._holders == self._mine.get(threading.get_ident(), 0)
+
+    def _take(self) -> None:  # under the lock
+        me = threading.get_ident()
+        self._holders += 1
+        self._mine[me] = self._mine.get(me, 0) + 1
+
+    def _give(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            self._holders -= 1
+            self._mine[me] -= 1
+            if not self._mine[me]:
+                del self._mine[me]
+            self._cond.notify_all()

@@ -71,10 +71,12 @@ class SessionConfig:
     # (2-core Zen 1). The LLM, far ahead of the speech, loses nothing the user hears.
     tts_threads: int = 2
     # The LLM's steps that compute a reply's first tokens (parley.cores.LEAD_TOKENS) may borrow
-    # the cores too, with our engine and Whisper: the STT steps aside. Off (1): the reply's first
-    # token came sooner (LLM request to first token p50 / p90 92 / 116 -> 60 / 78 ms), but its
-    # first audio did not (884 -> 903 ms), since the pause decode's word alignment then ran
-    # beside the first chunk's synthesis (benchmarks/results/2026-12-07-cpu2zen1-voice-lead-ab.json).
+    # the cores too, with our engine and Whisper: the STT steps aside. Off (1): with a hold per
+    # step the reply's first token came sooner (LLM request to first token p50 / p90 92 / 116 ->
+    # 60 / 78 ms), but its first audio did not (884 -> 903 ms): the pause decode's word
+    # alignment slipped in between two steps and ran beside the first chunk's synthesis
+    # (benchmarks/results/2026-12-07-cpu2zen1-voice-lead-ab.json). The engine now keeps the
+    # hold across the lead's steps; that is not yet measured in the loop.
     llm_lead_threads: int = 1
     vad_threads: int = 1
     # numpy's BLAS (the STT's features, the turn detector's matmuls): at numpy's default of a

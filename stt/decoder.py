@@ -33,6 +33,15 @@ def _device(config: TranscriberConfig) -> tuple[str, str]:
 class WhisperDecoder:
     """Greedy (or beam) decode of up to `max_window_s` of audio; times relative to its start."""
 
+    # parley.cores.CoreGate: each part of a decode (encoder, generate, word alignment) waits
+    # while another stage holds it (a voice session's LLM computing a reply's first tokens at 2
+    # threads), and that stage borrows the cores only between parts; None: never
+    core_gate = None
+    # ...and after a preflight went out (`on_text`), the alignment first gives the reply it asks
+    # for this long to begin borrowing the cores: it is asked ~10-30 ms later, by way of the
+    # event loop, and an alignment already running would keep it at 1 thread
+    lead_expect_s = 0.0
+
     def __init__(self, config: TranscriberConfig) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
@@ -49,14 +58,6 @@ class WhisperDecoder:
                                       num_workers=config.decode_workers)
         except (RuntimeError, ValueError, OSError) as e:
             raise ModelError(config.model, f"CTranslate2 could not load {path}: {e}") from e
-        # parley.cores.CoreGate: each part of a decode (encoder, generate, word alignment) waits
-        # while another stage holds it (a voice session's LLM computing a reply's first tokens
-        # at 2 threads), and that stage borrows the cores only between parts; None: never
-        self.core_gate = None
-        # ...and after a preflight went out (`on_text`), the alignment first gives the reply it
-        # asks for this long to begin borrowing the cores: it is asked ~10-30 ms later, by way
-        # of the event loop, and an alignment already running would keep it at 1 thread
-        self.lead_expect_s = 0.0
         lang = config.language if self.model.model.is_multilingual else None
         self.tokenizer = Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual,
                                    task="transcribe", language=lang)

@@ -43,7 +43,19 @@ def test_wait_lasts_until_every_hold_ends_and_never_past_max_wait():
     assert 0.15 <= waited < 4.0 and not gate.held
     short = CoreGate(max_wait_s=0.1)
     with short.hold():
-        assert 0.09 <= short.wait() < 2.0  # a holder that never lets go does not starve the waiter
+        assert short.wait() < 0.05  # a thread never waits for its own hold
+    let_go = threading.Event()
+
+    def stubborn():
+        with short.hold():
+            let_go.wait(5)
+
+    t = threading.Thread(target=stubborn)
+    t.start()
+    wait_until(lambda: short.held, 5, "the other thread's hold")
+    assert 0.09 <= short.wait() < 2.0  # a holder that never lets go does not starve the waiter
+    let_go.set()
+    t.join()
 
 
 def test_the_synthesizer_holds_the_gate_while_its_backend_runs():
@@ -191,6 +203,39 @@ def test_the_engine_borrows_the_cores_for_a_replys_first_tokens_only(tmp_path):
     assert [s[:2] for s in steps] == [(True, 2)] * LEAD_TOKENS + [(False, 1)] * 4
     assert not eng.lead_gate.held
     eng.close()
+
+
+def test_the_lead_keeps_its_hold_between_steps_so_no_decode_slips_in(tmp_path):
+    from parley.cores import LEAD_TOKENS
+
+    eng = _lead_engine(tmp_path)
+    eng.lead_gate = CoreGate(max_wait_s=10.0)  # a slow CI step never lets a part in by timeout
+    emitted, entered, first, stop = [], [], threading.Event(), threading.Event()
+
+    def sink(_delta, final):
+        if final is None:
+            emitted.append(time.perf_counter())
+            first.set()
+
+    def decoder():  # an STT decode's parts, from the reply's first token on
+        first.wait(30)
+        while not stop.is_set():
+            with eng.lead_gate.work():
+                entered.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=decoder)
+    t.start()
+    done = threading.Event()
+    eng.add_request(list(range(5, 20)), SamplingParams(max_tokens=LEAD_TOKENS + 4, temperature=0.0, ignore_eos=True),
+                    sink=lambda d, final: sink(d, final) if final is None else done.set())
+    eng.ensure_worker()
+    assert done.wait(30)
+    stop.set()
+    t.join(5)
+    eng.close()
+    assert len(emitted) == LEAD_TOKENS + 4 and entered
+    assert min(entered) > emitted[LEAD_TOKENS - 1]  # not one part between the 1st and the 8th token
 
 
 @pytest.mark.parametrize("weight_format", ["fp32", "int8"])
