@@ -210,20 +210,30 @@ def stream_one(st, audio: np.ndarray, before_s: float, flush_delay_s: float, rea
     st.wait_idle(10)  # abandoned decodes finish before the next turn
     interims = [e for e in r.events if e.kind in ("interim", "preflight")]
     preflights = [e for e in interims if e.kind == "preflight"]
+    # ms after the speech end each preflight came
+    after = [1000 * (e.audio_time_s - clock0 + e.latency_s - speech_end) for e in preflights]
+    ends = [(ms, e) for ms, e in zip(after, preflights) if ms >= 0]
     gaps = [b.audio_time_s - a.audio_time_s for a, b in itertools.pairwise(interims)]
     decode = sum(e.decode_s for e in r.events) + r.final.decode_s
     out = {"final": r.final.text, "final_latency_s": r.final.latency_s, "final_decode_s": r.final.decode_s,
            "no_new_decode": r.final.decode_s == 0.0,
            "interims": len(interims), "preflight": bool(preflights),
            # when the last preflight came, after the speech (before the flush, or it has none)
-           "preflight_ms": 1000 * (preflights[-1].audio_time_s - clock0 + preflights[-1].latency_s - speech_end)
-           if preflights else None,
+           "preflight_ms": after[-1] if preflights else None,
+           # ...and the first one after the speech (a greedy draft's, with draft_preflight), and
+           # whether a reply asked on it would stand: it says the final's words
+           "end_preflight_ms": ends[0][0] if ends else None,
+           "end_preflight_final": bool(ends) and _norm_words(ends[0][1].text) == _norm_words(r.final.text),
            "interim_gap_s": statistics.median(gaps) if gaps else None,
            "interim_latency_s": statistics.median([e.latency_s for e in interims]) if interims else None,
            "decode_s": decode, "wall_s": r.wall_s, "cpu_s": r.cpu_s}
     if log is not None:
         out["timeline"] = turn_timeline(log.take(), t0, speech_end, flush_delay_s, r.final.latency_s, clock0)
     return out
+
+
+def _norm_words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
 
 
 def summarize(rows: list[dict], delay: float) -> dict:
@@ -243,6 +253,9 @@ def summarize(rows: list[dict], delay: float) -> dict:
         "preflight_rate": sum(r["preflight"] for r in rows) / len(rows),
         **{f"preflight_ms_p{q}": pct(pre, q) if pre else None for q in (50, 90)
            for pre in [[r["preflight_ms"] for r in rows if r.get("preflight_ms") is not None]]},
+        **{f"end_preflight_ms_p{q}": pct(pre, q) if pre else None for q in (50, 90)
+           for pre in [[r["end_preflight_ms"] for r in rows if r.get("end_preflight_ms") is not None]]},
+        "end_preflight_final_rate": sum(r.get("end_preflight_final", False) for r in rows) / len(rows),
         "stream_rtf": sum(r["decode_s"] for r in rows) / audio_s,
         "stream_cpu_cores": sum(r["cpu_s"] for r in rows) / sum(r["wall_s"] for r in rows),
         "wer_stream": wer(refs, [r["final"] for r in rows]),
@@ -279,6 +292,7 @@ VARIANTS = {
     "commit-any": {"commit_min_probability": 0.0},  # LocalAgreement-2 alone (before 2026-12-07)
     "commit-p0.7": {"commit_min_probability": 0.7},
     "late-preflight": {"early_preflight": False},  # the preflight after the word alignment
+    "no-draft": {"draft_preflight": False},  # no greedy draft's preflight before the beam's
 }
 
 
@@ -300,7 +314,7 @@ def run(args) -> dict:
     decoders: dict[tuple, WhisperDecoder] = {}  # one per encoder window and thread count
     logs, streams = {}, {}
     for v, cfg in configs.items():
-        key = (cfg.min_window_s, cfg.cpu_threads, cfg.decode_workers)
+        key = (cfg.min_window_s, cfg.cpu_threads, cfg.decode_workers, cfg.draft_preflight)
         decoders.setdefault(key, WhisperDecoder(cfg))
         logs[v] = DecodeLog()
         streams[v] = StreamingTranscriber(cfg, decoder=decoders[key], on_decode=logs[v])

@@ -249,11 +249,18 @@ class Hearing:
             self._emit(HearingEvent("speech_end", self._last_speech_t, probability=p, turn=self._turn))
 
     def _transcripts(self, events) -> None:
-        if self._flushing is not None and not self._flushing.done():
-            return  # words of the turn being finalized, arriving late: the final supersedes them
+        flushing = self._flushing is not None and not self._flushing.done()
         for ev in events:
             if not isinstance(ev, TranscriptEvent):
                 raise StageOutputError(f"stt: a transcript event of type {type(ev).__name__}")
+            if flushing:
+                # words of the turn being finalized, arriving late: the final supersedes them,
+                # but a preflight still goes out, so a reply can start on it before the final
+                # (the pause decode's word alignment, ~65 ms of one Zen 1 core, and with
+                # draft_preflight its beam search): the turn ended before its words came
+                if ev.kind == "preflight" and ev.text:
+                    self._emit(HearingEvent("preflight", self._clock(), text=ev.text, turn=self._flush_turn))
+                continue
             if ev.kind in ("interim", "preflight") and ev.text:
                 self._words = ev.text
                 self._eot.push_transcript(ev.text)

@@ -4,8 +4,10 @@ once (CTranslate2 runs each call on a free replica)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
@@ -41,6 +43,10 @@ class WhisperDecoder:
     # for this long to begin borrowing the cores: it is asked ~10-30 ms later, by way of the
     # event loop, and an alignment already running would keep it at 1 thread
     lead_expect_s = 0.0
+    # the draft preflight's greedy generates (`decode`'s on_draft): one thread and one
+    # CTranslate2 replica of their own; None: no drafts (class level: test subclasses skip
+    # __init__)
+    _drafts: ThreadPoolExecutor | None = None
 
     def __init__(self, config: TranscriberConfig) -> None:
         from faster_whisper import WhisperModel
@@ -55,13 +61,15 @@ class WhisperDecoder:
         try:
             self.model = WhisperModel(str(path), device=self.device, compute_type=self.compute_type,
                                       cpu_threads=config.cpu_threads,
-                                      num_workers=config.decode_workers)
+                                      num_workers=config.decode_workers + int(config.draft_preflight))
         except (RuntimeError, ValueError, OSError) as e:
             raise ModelError(config.model, f"CTranslate2 could not load {path}: {e}") from e
         lang = config.language if self.model.model.is_multilingual else None
         self.tokenizer = Tokenizer(self.model.hf_tokenizer, self.model.model.is_multilingual,
                                    task="transcribe", language=lang)
         self._suppress = list(get_suppressed_tokens(self.tokenizer, [-1]))
+        if config.draft_preflight:
+            self._drafts = ThreadPoolExecutor(1, thread_name_prefix="stt-draft")
 
     def warmup(self) -> float:
         """Decode one second of faint noise, so the first utterance pays no first-call costs
@@ -78,7 +86,8 @@ class WhisperDecoder:
     def decode(self, audio: np.ndarray, prompt: str = "", beam_size: int | None = None, *,
                stages: dict[str, float] | None = None,
                cancelled: Callable[[], bool] | None = None,
-               on_text: Callable[[list[Word]], None] | None = None) -> tuple[list[Word], float]:
+               on_text: Callable[[list[Word]], None] | None = None,
+               on_draft: Callable[[list[Word]], None] | None = None) -> tuple[list[Word], float]:
         """audio: [N] float32 16 kHz, N <= 30 s. Returns (words, seconds spent).
 
         `prompt`: text said before the audio (context). (Giving the audio's stable first words
@@ -97,7 +106,12 @@ class WhisperDecoder:
         their word alignment (64-72 ms of one Zen 1 core for 2.4-4.4 s of speech, 12% of a
         pause decode): the same words `decode` returns, with no times yet (each at the
         audio's end). Only called when the alignment cannot change them (`repeat_free`), and
-        not for an abandoned decode."""
+        not for an abandoned decode.
+
+        `on_draft`: called (on the draft thread) with the words of a greedy generate on the
+        same encoding, run beside a beam search (beam > 1, `draft_preflight`), when they come
+        before the beam's: words to start a reply on ~100 ms sooner (see TranscriberConfig).
+        Repeat-free words only, times as for `on_text`; they may differ from the result."""
         t0 = time.perf_counter()
         if len(audio) < SAMPLE_RATE // 10:
             return [], 0.0
@@ -111,13 +125,26 @@ class WhisperDecoder:
             return [], t1 - t0
         end_s = len(audio) / SAMPLE_RATE
         beam = beam_size or self.config.beam_size
+        draft = None
+        if on_draft is not None and beam > 1 and self._drafts is not None:
+            draft = _Draft(self, enc, prompt, end_s, lambda: cancelled is not None and cancelled(), on_draft)
+
+            def text_first(words: list[Word], on_text=on_text) -> None:  # no draft after these
+                draft.beaten()
+                if on_text is not None:
+                    on_text(words)
+            on_text = text_first
         words = self._words(enc, prompt, beam, end_s, cancelled, on_text)
+        if draft is not None:
+            draft.beaten()
         if cancelled is not None and cancelled():
             if stages is not None:
                 stages["text_s"] = time.perf_counter() - t1
             return [], time.perf_counter() - t0
         other_beam = beam if prompt.strip() else 1  # the other decode drops the prompt, or else the beam
         other = (lambda: self._words(enc, "", other_beam, end_s)) if prompt.strip() or beam > 1 else None
+        if draft is not None and not prompt.strip():  # that greedy decode has run: the draft
+            other = draft.words
         words = drop_unheard_repeat(words, other)
         if stages is not None:
             stages["text_s"] = time.perf_counter() - t1
@@ -144,16 +171,8 @@ class WhisperDecoder:
         """One generate + word alignment on the encoded window (from `_encode`); no words, and
         no alignment, when `cancelled` says True after the generate; `on_text` as in `decode`."""
         m, (enc, content_frames) = self.model, encoded
-        # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
-        previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
-        prompt_ids = m.get_prompt(self.tokenizer, previous, without_timestamps=True)
-        with self._part():
-            res = m.model.generate(enc, [prompt_ids], beam_size=beam_size or self.config.beam_size,
-                                   max_length=448, return_scores=True, return_no_speech_prob=True,
-                                   suppress_blank=True, suppress_tokens=self._suppress)[0]
-        tokens = [t for t in res.sequences_ids[0] if t < self.tokenizer.eot]
-        avg_logprob = res.scores[0] * len(tokens) / (len(tokens) + 1) if tokens else -10.0
-        if not tokens or (res.no_speech_prob > self.config.no_speech_threshold and avg_logprob < -1.0):
+        tokens = self._generate(enc, prompt, beam_size or self.config.beam_size)
+        if not tokens:
             return []
         if cancelled is not None and cancelled():
             return []
@@ -171,6 +190,22 @@ class WhisperDecoder:
                         float(w["probability"]))
         return words
 
+    def _generate(self, enc: object, prompt: str, beam_size: int) -> list[int]:
+        """The text tokens of one generate on the encoded window; none where Whisper heard no
+        speech."""
+        # the newest ~120 prompt tokens: context enough, and room left in the 448-token limit
+        previous = self.tokenizer.encode(" " + prompt.strip())[-120:] if prompt.strip() else []
+        prompt_ids = self.model.get_prompt(self.tokenizer, previous, without_timestamps=True)
+        with self._part():
+            res = self.model.model.generate(enc, [prompt_ids], beam_size=beam_size, max_length=448,
+                                            return_scores=True, return_no_speech_prob=True,
+                                            suppress_blank=True, suppress_tokens=self._suppress)[0]
+        tokens = [t for t in res.sequences_ids[0] if t < self.tokenizer.eot]
+        avg_logprob = res.scores[0] * len(tokens) / (len(tokens) + 1) if tokens else -10.0
+        if not tokens or (res.no_speech_prob > self.config.no_speech_threshold and avg_logprob < -1.0):
+            return []
+        return tokens
+
     def _unaligned(self, tokens: list[int], end_s: float) -> list[Word]:
         """The words `find_alignment` makes of `tokens` (its split), each at `end_s`."""
         pieces, _ = self.tokenizer.split_to_word_tokens([*tokens, self.tokenizer.eot])
@@ -178,6 +213,34 @@ class WhisperDecoder:
         for piece in pieces[:-1]:  # the last piece is the end-of-text token
             append_word(words, piece, end_s, end_s, 1.0)
         return words
+
+
+class _Draft:
+    """A greedy generate on a pause decode's encoding, on the decoder's draft thread beside
+    the beam search: its words go to `on_draft` unless the beam's text came first (`beaten`)
+    or the decode was given up. `words()`: its words (waits for them)."""
+
+    def __init__(self, decoder: WhisperDecoder, encoded: tuple[object, int], prompt: str, end_s: float,
+                 cancelled: Callable[[], bool], on_draft: Callable[[list[Word]], None]) -> None:
+        self._lock = threading.Lock()
+        self._beaten = False
+
+        def run() -> list[Word]:
+            tokens = decoder._generate(encoded[0], prompt, 1)
+            words = decoder._unaligned(tokens, end_s) if tokens else []
+            with self._lock:  # held across the call: `beaten` returns only after it
+                if words and repeat_free(words) and not self._beaten and not cancelled():
+                    on_draft(words)
+            return words
+
+        self._future: Future = decoder._drafts.submit(run)
+
+    def beaten(self) -> None:
+        with self._lock:
+            self._beaten = True
+
+    def words(self) -> list[Word]:
+        return self._future.result()
 
 
 _UNHEARD_S = 0.01  # word times are 20 ms alignment steps: under one step is none

@@ -48,9 +48,11 @@ class StreamingTranscriber:
         self._running: list[DecodeJob] = []  # decodes in flight, abandoned ones included
         self._done: list[tuple[DecodeJob, BaseException | None]] = []
         self._texts: list[DecodeJob] = []  # decodes whose words came before their alignment
+        self._drafted: list[DecodeJob] = []  # decodes whose greedy draft's words came before theirs
         self._live: list[DecodeJob] = []  # worker only: this utterance's decodes whose result counts
         self._held: list[DecodeJob] = []  # worker only: finished, not yet applied (tentative ones wait)
         self._waiting_text: list[DecodeJob] = []  # worker only: words came early, not yet previewed
+        self._waiting_draft: list[DecodeJob] = []  # worker only: the same for drafts
         # worker only: the decode the flush waits for (the one the final will be, or a previewed one)
         self._flush_waits_for: DecodeJob | None = None
         self._final_decode_s = 0.0  # worker only: decode time of this turn's "final" decodes
@@ -184,6 +186,7 @@ class StreamingTranscriber:
             self._busy = False
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._closed or self._inbox or self._dropped or self._done or self._texts
+                                or self._drafted
                                 or self._reset_to is not None or self._decode_due()
                                 or (self._flush is not None and self._flush_waits_for is None))
             if self._closed:
@@ -196,6 +199,7 @@ class StreamingTranscriber:
             chunks, self._inbox = self._inbox, []
             done, self._done = self._done, []
             texted, self._texts = self._texts, []
+            drafted, self._drafted = self._drafted, []
             flush, turn = self._flush, self._utt.turn
             self._utt.prompt = self._prompt
         for samples, _t0, _wall, probs in dropped:
@@ -212,7 +216,7 @@ class StreamingTranscriber:
             self._held.remove(job)
             if job in self._live:
                 self._apply(job, turn)
-        self._preview(texted, turn)
+        self._preview(texted, drafted, turn)
         if flush is not None:
             self._advance_flush(flush)
         elif (kind := self._utt.due()) is not None:
@@ -244,16 +248,21 @@ class StreamingTranscriber:
         cut, the stable words need their times), ~65 ms on one core."""
         return any(j.skip is not None for j in self._live)
 
-    def _preview(self, texted: list[DecodeJob], turn: int) -> None:
-        """Send the preflight of each pause decode whose words came before their alignment
-        (tentative ones once they count as pause decodes; the rest when they end, as always)."""
+    def _preview(self, texted: list[DecodeJob], drafted: list[DecodeJob], turn: int) -> None:
+        """Send the preflight of each pause decode whose words came before their alignment, or
+        whose greedy draft's words came before those (tentative ones once they count as pause
+        decodes; the rest when they end, as always)."""
         self._waiting_text = [j for j in self._waiting_text + texted if j in self._live and j.skip is None]
-        for job in [j for j in self._waiting_text if j.settled]:
-            self._waiting_text.remove(job)
-            event = self._utt.preview(job)
-            with self._cond:
-                if event is not None and self._turn == turn:
-                    self._outbox.append(event)
+        self._waiting_draft = [j for j in self._waiting_draft + drafted
+                               if j in self._live and j.skip is None and j.text_words is None]
+        for waiting, preview in ((self._waiting_text, self._utt.preview),
+                                 (self._waiting_draft, self._utt.preview_draft)):
+            for job in [j for j in waiting if j.settled]:
+                waiting.remove(job)
+                event = preview(job)
+                with self._cond:
+                    if event is not None and self._turn == turn:
+                        self._outbox.append(event)
 
     def _settle_tentative(self, confirm: bool) -> None:
         """A tentative pause decode becomes a pause decode once the pause holds (or the turn
@@ -280,7 +289,9 @@ class StreamingTranscriber:
         error = None
         try:
             early = self.config.early_preflight and job.kind == "pause"  # only a pause decode previews
-            job.run(self._decoder, on_text=self._text_ready if early else None)
+            draft = early and self.config.draft_preflight
+            job.run(self._decoder, on_text=self._text_ready if early else None,
+                    on_draft=self._draft_ready if draft else None)
             if self._on_decode is not None:
                 self._on_decode(job)
         except Exception as e:  # handed to the worker, which fails the transcriber
@@ -293,6 +304,11 @@ class StreamingTranscriber:
     def _text_ready(self, job: DecodeJob) -> None:  # on a decode thread, before the alignment
         with self._cond:
             self._texts.append(job)
+            self._cond.notify_all()
+
+    def _draft_ready(self, job: DecodeJob) -> None:  # on the decoder's draft thread
+        with self._cond:
+            self._drafted.append(job)
             self._cond.notify_all()
 
     def _abandon(self, which, previewed: bool = False) -> None:
@@ -324,6 +340,7 @@ class StreamingTranscriber:
         self._abandon(lambda j: True, previewed=True)
         self._held.clear()
         self._waiting_text.clear()
+        self._waiting_draft.clear()
         self._flush_waits_for = None
         self._final_decode_s = 0.0
         self._utt = Utterance(self.config, self._decoder, self._gate, self._prompt, turn)

@@ -49,18 +49,29 @@ class DecodeJob:
     # set by Utterance.preview: how many of its words say the stable words again (the rest
     # are new); its preflight went out before its alignment, so it must be applied as previewed
     skip: int | None = None
+    # a greedy draft's words (no times) that came before `text_words` (WhisperDecoder on_draft)
+    draft_words: list | None = None
+    draft_wall: float = 0.0
 
-    def run(self, decoder: WhisperDecoder, on_text: Callable[[DecodeJob], None] | None = None) -> DecodeJob:
+    def run(self, decoder: WhisperDecoder, on_text: Callable[[DecodeJob], None] | None = None,
+            on_draft: Callable[[DecodeJob], None] | None = None) -> DecodeJob:
         """Decode. `on_text(job)`: called on this thread once `text_words` is set (the words
-        before their alignment); never when the decoder cannot give them early."""
+        before their alignment); never when the decoder cannot give them early. `on_draft(job)`:
+        called on the decoder's draft thread once `draft_words` is set, before `text_words`."""
         def text(words: list[Word]) -> None:
             self.text_words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
             self.text_wall = time.perf_counter()
             on_text(self)
 
+        def draft(words: list[Word]) -> None:
+            self.draft_words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
+            self.draft_wall = time.perf_counter()
+            on_draft(self)
+
         self.started_wall = time.perf_counter()
         words, self.dt = decoder.decode(self.audio, self.prompt, self.beam, stages=self.stages,
-                                        cancelled=lambda: self.abandoned, on_text=None if on_text is None else text)
+                                        cancelled=lambda: self.abandoned, on_text=None if on_text is None else text,
+                                        on_draft=None if on_draft is None else draft)
         self.words = [w.shifted(self.start / SAMPLE_RATE) for w in words]
         self.ended_wall = time.perf_counter()
         return self
@@ -188,17 +199,33 @@ class Utterance:
         words the decode has audio of, in order, begin its words (else None, nothing changes,
         and `apply` aligns by time as always). Sets `job.skip`, which `apply` then follows:
         once sent, a preflight's stable text stays."""
-        words = job.text_words
+        hyp = self._previewed(job, job.text_words)
+        if hyp is None:
+            return None
+        job.skip = hyp[1]
+        return self._changed(hyp[0], True, job.text_wall - job.started_wall, push_wall)
+
+    def preview_draft(self, job: DecodeJob, push_wall: float | None = None) -> TranscriptEvent | None:
+        """The preflight of a pause decode's greedy draft (`job.draft_words`), as `preview`
+        makes of its words, while they have not come: nothing is committed or set by it, and
+        a `preview` or `apply` whose text differs sends its own preflight after it."""
+        if job.text_words is not None or job.skip is not None:
+            return None
+        hyp = self._previewed(job, job.draft_words)
+        return None if hyp is None else self._changed(hyp[0], True, job.draft_wall - job.started_wall, push_wall)
+
+    def _previewed(self, job: DecodeJob, words: list[Word] | None) -> tuple[HypothesisBuffer, int] | None:
+        """(the hypothesis with a pause decode's unaligned `words` committed, how many of them
+        say the stable words again), when their text alone says which those are."""
         if job.kind != "pause" or not words or job.skip is not None:
             return None
         from_s = job.start / SAMPLE_RATE
         stable = [w.norm for w in self.hyp.committed if w.end > from_s]
         if stable != _norms(words[:len(stable)]):
             return None
-        job.skip = len(stable)
         hyp = self.hyp.copy()
-        hyp.commit_all(words, from_s, hold_end=True, skip=job.skip)
-        return self._changed(hyp, True, job.text_wall - job.started_wall, push_wall)
+        hyp.commit_all(words, from_s, hold_end=True, skip=len(stable))
+        return hyp, len(stable)
 
     def _changed(self, hyp: HypothesisBuffer, pause: bool, dt: float,
                  push_wall: float | None) -> TranscriptEvent | None:

@@ -223,6 +223,36 @@ def test_a_late_final_after_the_deadline_is_dropped():
         Hearing(_VAD(), Slow(), FakeEndOfTurnDetector(), final_deadline_s=0)
 
 
+def test_during_the_flush_only_a_preflight_of_the_turn_still_goes_out():
+    """The turn ended before its pause decode's words came: its preflight still goes out (a
+    reply can start on it before the final), for the turn being flushed; its interims, and
+    the detector's words, are superseded by the final."""
+    from concurrent.futures import Future
+
+    from pipeline.hearing import Hearing
+    from stt import FakeTranscriber, TranscriptEvent
+    from turn_detection import FakeEndOfTurnDetector
+
+    class Slow(FakeTranscriber):
+        def flush_future(self) -> Future:
+            self.pending: Future = Future()
+            return self.pending
+
+    h = Hearing(_VAD(), Slow(), FakeEndOfTurnDetector(), final_deadline_s=5.0, clock=lambda: 1.0)
+    seen: list = []
+    h._emit = seen.append
+    h._turn = 4
+    h._flush(3)
+    late = [TranscriptEvent(kind, text, text, (), 1.0, 0.1, 0.2, 0)
+            for kind, text in [("interim", "turn the"), ("preflight", "turn the lights off")]]
+    h._transcripts(late)
+    assert [(e.kind, e.text, e.turn) for e in seen] == [("preflight", "turn the lights off", 3)]
+    assert h._words == ""  # nothing new for the detector or the fallback
+    h.transcriber.pending.set_result(TranscriptEvent("final", "turn the lights off.", "", (), 1.0, 0.1, 0.2, 0))
+    h._transcripts(late)  # not flushing any more: they are words of the new turn
+    assert [(e.kind, e.turn) for e in seen[1:]] == [("final", 3), ("interim", 4), ("preflight", 4)]
+
+
 class _VAD:  # the Hearing's Silero, never run in these tests
     def stream(self, config):
         from turn_detection.vad import VADStream

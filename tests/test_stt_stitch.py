@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -183,15 +184,21 @@ class ScriptedWhisper(WhisperDecoder):
     again with no time of their own, as tiny.en did. `unstable`: two decodes in a row never
     agree. `partial`: what it hears of a word the audio ends inside ("tablespoons" cut after
     "table" -> "tables."). `delay_s`: each decode takes this long; `log` records (start, end)
-    wall times of each decode, for the flush tests (decodes may run on two threads)."""
+    wall times of each decode, for the flush tests (decodes may run on two threads).
+    `draft`: a greedy draft runs beside each decode that asks for one (`on_draft`), hearing a
+    word differently where the dict says so, in `draft_s`; the beam's words take `text_s`."""
 
     def __init__(self, spoken: list[tuple[str, float, float]], loop: bool = False, unstable: bool = False,
                  partial: dict[str, str] | None = None, delay_s: float | list[float] = 0.0, scale: float = 1.0,
-                 align_s: float = 0.0) -> None:
+                 align_s: float = 0.0, draft: dict[str, str] | None = None, draft_s: float = 0.0,
+                 text_s: float = 0.0) -> None:
         self.config = TranscriberConfig()
         self.spoken, self.loop, self.unstable = spoken, loop, unstable
         self.partial, self.delay_s, self.scale = partial or {}, delay_s, scale
         self.align_s = align_s  # the word alignment's time, after the words went to `on_text`
+        self.draft, self.draft_s, self.text_s = draft, draft_s, text_s
+        if draft is not None:
+            self._drafts = ThreadPoolExecutor(1)
         self.early = 0  # decodes that gave their words before their alignment
         self.calls = 0
         self.cuts = 0  # decodes that heard a word cut short
@@ -234,11 +241,21 @@ class ScriptedWhisper(WhisperDecoder):
         words = W(*spec)
         if self.loop and prompt and end_s < 2.0 and len(words) >= 2:
             words += [Word(w.text, end_s, end_s) for w in words[-2:]]
+        time.sleep(self.text_s)
         if on_text is not None and repeat_free(words):  # as WhisperDecoder._words does
             self.early += 1
             on_text([Word(w.text, end_s, end_s, 1.0, w.attached) for w in words])
         time.sleep(self.align_s)
         return words
+
+
+    def _generate(self, enc: float, prompt: str, beam_size: int) -> list[tuple[str, float, float]]:
+        """The draft's generate (the beam's is in `_words`): the words after the audio's start."""
+        time.sleep(self.draft_s)
+        return [(self.draft.get(t, t), s - enc, e - enc) for t, s, e in self.spoken if (s + e) / 2 >= enc]
+
+    def _unaligned(self, tokens: list[tuple[str, float, float]], end_s: float) -> list[Word]:
+        return W(*[(_space(t) + t, end_s, end_s) for t, s, e in tokens if (s + e) / 2 <= end_s])
 
 
 class OpenGate:
