@@ -174,7 +174,8 @@ class _SlowDecoder:
 
         self.config, self.delay_s = TranscriberConfig(), delay_s
 
-    def decode(self, audio, prompt="", beam_size=None, *, stages=None, cancelled=None, on_text=None):
+    def decode(self, audio, prompt="", beam_size=None, *, stages=None, cancelled=None, on_text=None,
+               on_draft=None):
         import time
 
         from stt.events import Word
