@@ -19,6 +19,19 @@ from tts import FakeSynthesizer
 pytestmark = pytest.mark.unit
 
 
+def _held_elsewhere(gate: CoreGate, release: threading.Event) -> threading.Thread:
+    """A started thread that holds `gate` until `release` is set (10 s at most); returns once
+    the hold is on."""
+    def holder():
+        with gate.hold():
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    wait_until(lambda: gate.held, 5, "the other thread's hold")
+    return t
+
+
 def test_wait_returns_at_once_when_nobody_holds_the_gate():
     assert CoreGate().wait() < 0.05
     with pytest.raises(ValueError, match="max_wait_s"):
@@ -45,14 +58,7 @@ def test_wait_lasts_until_every_hold_ends_and_never_past_max_wait():
     with short.hold():
         assert short.wait() < 0.05  # a thread never waits for its own hold
     let_go = threading.Event()
-
-    def stubborn():
-        with short.hold():
-            let_go.wait(5)
-
-    t = threading.Thread(target=stubborn)
-    t.start()
-    wait_until(lambda: short.held, 5, "the other thread's hold")
+    t = _held_elsewhere(short, let_go)
     assert 0.09 <= short.wait() < 2.0  # a holder that never lets go does not starve the waiter
     let_go.set()
     t.join()
@@ -279,14 +285,7 @@ def test_the_whisper_decoder_waits_for_the_gate_before_each_part_of_a_decode():
     decoder.core_gate = gate = Counting()
     speech = piper_speech("Turn the kitchen lights off, please.")
     release = threading.Event()
-
-    def holder():
-        with gate.hold():
-            release.wait(10)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    wait_until(lambda: gate.held, 5, "the hold")
+    t = _held_elsewhere(gate, release)
     threading.Timer(0.4, release.set).start()
     t0 = time.perf_counter()
     words, _ = decoder.decode(speech)
